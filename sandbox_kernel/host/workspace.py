@@ -1,0 +1,86 @@
+"""The host's view of a guest's workspace: listing and diffing without ever following a link.
+
+A guest can plant a symlink in /app pointing anywhere on the host (`ln -s ../../..`): wasmtime
+will not follow it for the guest, but host code that walks, reads, copies or cleans the folder
+could. So everything here uses lstat and `follow_symlinks=False`; a link is reported as an
+entry of its own and never entered. File contents are never read: a 1 TB sparse file costs a
+stat, not a terabyte. A listing is bounded in entries, so a guest that creates millions of files
+cannot make the host walk forever.
+
+Must not import: wasmtime, runtimes, repl.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["MAX_ENTRIES", "Entry", "Snapshot", "diff", "remove_tree", "snapshot"]
+
+MAX_ENTRIES = 100_000
+
+
+@dataclass(frozen=True)
+class Entry:
+    size: int
+    mtime_ns: int
+    inode: int
+    kind: str  # "file", "link" or "other"
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    entries: dict[str, Entry]  # relative POSIX path -> what lstat said
+    complete: bool  # False when MAX_ENTRIES cut the listing
+
+
+def snapshot(root: Path, exclude: frozenset[str] = frozenset()) -> Snapshot:
+    """Every non-directory under `root`, by relative path, links not followed."""
+    entries: dict[str, Entry] = {}
+    pending = [root]
+    while pending:
+        folder = pending.pop()
+        try:
+            with os.scandir(folder) as listing:
+                for item in listing:
+                    if len(entries) >= MAX_ENTRIES:
+                        return Snapshot(entries, complete=False)
+                    st = item.stat(follow_symlinks=False)
+                    rel = Path(item.path).relative_to(root).as_posix()
+                    if stat.S_ISDIR(st.st_mode):
+                        pending.append(Path(item.path))
+                    elif rel not in exclude:
+                        entries[rel] = Entry(st.st_size, st.st_mtime_ns, st.st_ino, _kind(st))
+        except (FileNotFoundError, NotADirectoryError, PermissionError):
+            continue
+    return Snapshot(entries, complete=True)
+
+
+def _kind(st: os.stat_result) -> str:
+    if stat.S_ISLNK(st.st_mode):
+        return "link"
+    return "file" if stat.S_ISREG(st.st_mode) else "other"
+
+
+def diff(before: Snapshot, after: Snapshot) -> tuple[list[str], list[str]]:
+    """(created, modified): sorted relative paths."""
+    created = sorted(p for p in after.entries if p not in before.entries)
+    modified = sorted(
+        p for p, e in after.entries.items() if p in before.entries and before.entries[p] != e
+    )
+    return created, modified
+
+
+def remove_tree(path: Path) -> None:
+    """Remove a folder the host made, without following links a guest planted in it.
+
+    shutil.rmtree unlinks symlinks rather than descending into them, and on Linux uses the
+    fd-based walk that is safe against a link swapped in during the removal.
+    """
+    if path.is_symlink():
+        path.unlink()
+    elif path.exists():
+        shutil.rmtree(path)

@@ -1,0 +1,88 @@
+"""PythonSandbox: one-shot CPython 3.15 in WebAssembly, run as `python /app/user_code.py`.
+
+The code is written to the workspace unchanged, so a traceback names /app/user_code.py and the
+user's own line numbers. With `inject_setup` (the default) the guest's import path also holds
+<guest_mount_path>/site-packages, so packages a user unpacks there import; it is set through
+PYTHONPATH rather than by prepending lines, which would shift every line number and break a
+leading `from __future__ import`. `inject_setup=False` leaves sys.path as the image has it.
+
+Must not import: sandbox_kernel.repl, anything Jupyter, wasmtime directly.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+from pathlib import Path
+
+from sandbox_kernel.core.logging import SandboxLogger
+from sandbox_kernel.core.policy import ExecutionPolicy
+from sandbox_kernel.core.results import LimitKind, RuntimeType, SandboxResult
+from sandbox_kernel.host import python_abi
+from sandbox_kernel.host.artifacts import PythonImage, python_image
+from sandbox_kernel.host.engine import get_engine
+from sandbox_kernel.host.guest_run import RunOutcome, RunSpec, run_guest
+from sandbox_kernel.runtimes.base import BaseSandbox
+
+__all__ = ["PythonSandbox"]
+
+
+class PythonSandbox(BaseSandbox):
+    """Runs Python code in a fresh WebAssembly CPython per `execute`."""
+
+    runtime = RuntimeType.PYTHON
+    code_filename = "user_code.py"
+
+    def __init__(
+        self,
+        policy: ExecutionPolicy | None = None,
+        workspace: Path | str | None = None,
+        logger: SandboxLogger | None = None,
+        *,
+        inject_setup: bool = True,
+        wasm_binary_path: Path | str | None = None,
+    ) -> None:
+        super().__init__(policy, workspace, logger)
+        self.inject_setup = inject_setup
+        # Checked now, so a missing or tampered image fails here and not mid-notebook.
+        self.image: PythonImage = python_image(wasm_binary_path)
+        self._engine = get_engine()
+
+    def execute(self, code: str) -> SandboxResult:
+        return self._run_file(code)
+
+    def validate_code(self, code: str) -> bool:
+        """Whether `code` compiles (host-side `compile`, nothing runs). Guest syntax is 3.15's,
+        so code using syntax newer than the host's Python is judged by the host's grammar."""
+        if not isinstance(code, str):
+            return False
+        try:
+            compile(code, self.code_filename, "exec", flags=ast.PyCF_ONLY_AST)
+        except (SyntaxError, ValueError):
+            return False
+        return True
+
+    def _launch(self, spec: RunSpec) -> RunOutcome:
+        module = self._engine.module(self.image.binary, self.image.binary_sha256)
+        env = {**python_abi.BASE_ENV, **spec.env}
+        if self.inject_setup:
+            site = f"{self.policy.guest_mount_path}/site-packages"
+            env["PYTHONPATH"] = ":".join(p for p in (site, env.get("PYTHONPATH")) if p)
+        spec = dataclasses.replace(
+            spec,
+            argv=(python_abi.ARGV0, f"{self.policy.guest_mount_path}/{self.code_filename}"),
+            env=env,
+            preopens=[*python_abi.image_preopens(self.image), *spec.preopens],
+        )
+        return run_guest(self._engine, module, spec, python_abi.run_main)
+
+    def _classify(self, outcome: RunOutcome) -> LimitKind | None:
+        limit = super()._classify(outcome)
+        if limit is None and outcome.exit_code not in (0, None) and _ended_in_memory_error(outcome):
+            return LimitKind.MEMORY
+        return limit
+
+
+def _ended_in_memory_error(outcome: RunOutcome) -> bool:
+    lines = outcome.stderr.data().decode("utf-8", errors="replace").strip().splitlines()
+    return bool(lines) and lines[-1].startswith("MemoryError")
