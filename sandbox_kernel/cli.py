@@ -23,6 +23,8 @@ from sandbox_kernel.core.results import RuntimeType
 
 __all__ = ["main"]
 
+_DESCRIPTION = "Run untrusted code in a resource-limited WebAssembly sandbox."
+
 
 def _progress_bar(label: str) -> tuple[Callable[[float], None], Callable[[], None]]:
     from tqdm import tqdm
@@ -42,16 +44,17 @@ def _warm(args: argparse.Namespace) -> int:
     from sandbox_kernel.host.engine import get_engine
 
     handle = get_engine()
-    images = [("python", python_image()), ("javascript", javascript_image())]
-    for name, image in images:
-        cached = handle.cached_path(image.binary_sha256).is_file()
+    py, js = python_image(), javascript_image()
+    images = [("python", py.binary, py.binary_sha256), ("javascript", js.binary, js.binary_sha256)]
+    for name, binary, sha256 in images:
+        cached = handle.cached_path(sha256).is_file()
         started = time.perf_counter()
         if cached:
-            handle.module(image.binary, image.binary_sha256)
+            handle.module(binary, sha256)
         else:
             update, close = _progress_bar(f"compiling the {name} guest")
             try:
-                handle.module(image.binary, image.binary_sha256, progress=update)
+                handle.module(binary, sha256, progress=update)
             finally:
                 close()
         took = time.perf_counter() - started
@@ -90,7 +93,7 @@ def _info(args: argparse.Namespace) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="sandbox-kernel", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="sandbox-kernel", description=_DESCRIPTION)
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("warm", help="compile the guest images into the on-disk cache").set_defaults(
         func=_warm

@@ -146,7 +146,10 @@ def _enter(
     instance = None
     try:
         instance = linkers.guarded.instantiate(store, module)
-        guard.bind(store, linkers.plain, linkers.trampolines, instance.exports(store)["memory"])
+        memory = instance.exports(store).get("memory")
+        if not isinstance(memory, wasmtime.Memory):
+            return _Ended(instance, limit=LimitKind.TRAP, message="the image exports no memory")
+        guard.bind(store, linkers.plain, linkers.trampolines, memory)
         return _Ended(instance, exit_code=entry(instance, store))
     except wasmtime.ExitTrap as exc:
         return _Ended(instance, exit_code=exc.code)

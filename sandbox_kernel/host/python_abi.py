@@ -35,6 +35,7 @@ __all__ = [
     "LIB_GUEST",
     "NO_HOST",
     "door",
+    "guest_memory",
     "image_preopens",
     "run_main",
     "turn",
@@ -58,26 +59,38 @@ def image_preopens(image: PythonImage) -> list[Preopen]:
     return found
 
 
+def _func(instance: wasmtime.Instance, store: wasmtime.Store, name: str) -> wasmtime.Func:
+    found = instance.exports(store).get(name)
+    if not isinstance(found, wasmtime.Func):
+        raise wasmtime.WasmtimeError(f"the Python image exports no function {name!r}")
+    return found
+
+
+def guest_memory(instance: wasmtime.Instance, store: wasmtime.Store) -> wasmtime.Memory:
+    found = instance.exports(store).get("memory")
+    if not isinstance(found, wasmtime.Memory):
+        raise wasmtime.WasmtimeError("the image exports no memory")
+    return found
+
+
 def run_main(instance: wasmtime.Instance, store: wasmtime.Store) -> int:
     """Run argv as `python` does; the exit status (sys.exit's code, 1 on an exception)."""
-    exports = instance.exports(store)
-    if "_initialize" in exports:
-        exports["_initialize"](store)
-    return int(exports["run"](store)) & 0xFF
+    if isinstance(instance.exports(store).get("_initialize"), wasmtime.Func):
+        _func(instance, store, "_initialize")(store)
+    return int(_func(instance, store, "run")(store)) & 0xFF
 
 
 def turn(instance: wasmtime.Instance, store: wasmtime.Store, source: bytes) -> int:
     """Run `source` in the persistent __main__; 0..255 an exit status, 256.. the guest quit."""
-    exports = instance.exports(store)
     pointer = 0
     if source:
-        pointer = int(exports["host_alloc"](store, len(source))) & MASK32
-        memory = exports["memory"]
+        pointer = int(_func(instance, store, "host_alloc")(store, len(source))) & MASK32
+        memory = guest_memory(instance, store)
         if pointer and pointer + len(source) <= memory.data_len(store):
             memory.write(store, source, pointer)
         else:
             pointer = 0  # the guest raises MemoryError for its source
-    return int(exports["turn"](store, pointer, len(source)))
+    return int(_func(instance, store, "turn")(store, pointer, len(source)))
 
 
 def door(caller: Any, ptr: int, length: int, out_ptr_ptr: int, out_len_ptr: int) -> int:

@@ -289,7 +289,9 @@ def _fd_filestat_set_size(guard: RunGuard, caller: Any, fd: int, size: int) -> i
     return guard.forward(caller, "fd_filestat_set_size", fd, size)
 
 
-def _poll_oneoff(guard: RunGuard, caller: Any, in_ptr: int, out_ptr: int, n: int, n_out: int) -> int:
+def _poll_oneoff(
+    guard: RunGuard, caller: Any, in_ptr: int, out_ptr: int, n: int, n_out: int
+) -> int:
     """Descriptor subscriptions are ready at once; clocks are waited for in slices that end at
     the run's deadline or cancel (the guest then traps at its next epoch check)."""
     in_ptr, out_ptr, n, n_out = (v & MASK32 for v in (in_ptr, out_ptr, n, n_out))

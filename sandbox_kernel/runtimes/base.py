@@ -135,7 +135,9 @@ class BaseSandbox(ABC):
             return LimitKind.OPEN_FILES if kind == "open_files" else LimitKind.FILE_SIZE
         return None
 
-    def _result(self, outcome: RunOutcome, created: list[str], modified: list[str]) -> SandboxResult:
+    def _result(
+        self, outcome: RunOutcome, created: list[str], modified: list[str]
+    ) -> SandboxResult:
         limit = self._classify(outcome)
         success = outcome.exit_code == 0 and limit is None
         return SandboxResult(
@@ -160,7 +162,7 @@ class BaseSandbox(ABC):
         p = self.policy
         texts = {
             LimitKind.FUEL: f"out of fuel: the policy allows {p.fuel_budget:,} instructions",
-            LimitKind.TIMEOUT: f"timed out: the policy allows {p.timeout_seconds:g} s of wall clock",
+            LimitKind.TIMEOUT: f"timed out: the policy allows {p.timeout_seconds:g} s",
             LimitKind.MEMORY: f"out of memory: the policy allows {p.memory_bytes:,} bytes",
             LimitKind.TRAP: f"the guest crashed: {outcome.trap_message}",
             LimitKind.OPEN_FILES: f"too many open files: the policy allows {p.max_open_files}",
@@ -169,6 +171,10 @@ class BaseSandbox(ABC):
         }
         if limit is not None:
             return texts.get(limit)
+        return self._failure_summary(outcome)
+
+    def _failure_summary(self, outcome: RunOutcome) -> str:
+        """One line saying why a run that hit no limit failed; runtimes name the error."""
         return f"exited with status {outcome.exit_code}"
 
     def _log_execution_metrics(

@@ -82,7 +82,18 @@ class PythonSandbox(BaseSandbox):
             return LimitKind.MEMORY
         return limit
 
+    def _failure_summary(self, outcome: RunOutcome) -> str:
+        """The traceback's last line (`ZeroDivisionError: division by zero`), or the status."""
+        lines = _stderr_lines(outcome)
+        if outcome.exit_code == 1 and lines:
+            return f"uncaught exception: {lines[-1].strip()}"
+        return super()._failure_summary(outcome)
+
+
+def _stderr_lines(outcome: RunOutcome) -> list[str]:
+    return outcome.stderr.data().decode("utf-8", errors="replace").strip().splitlines()
+
 
 def _ended_in_memory_error(outcome: RunOutcome) -> bool:
-    lines = outcome.stderr.data().decode("utf-8", errors="replace").strip().splitlines()
+    lines = _stderr_lines(outcome)
     return bool(lines) and lines[-1].startswith("MemoryError")

@@ -1,0 +1,53 @@
+"""Shared fixtures: the real guest images, compiled once per test session.
+
+The first test session on a machine compiles the Python guest (about a minute) into the
+on-disk cache; every later one loads it in milliseconds. All tests share one Engine (the
+process singleton), so nothing is compiled twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sandbox_kernel import ExecutionPolicy, JavaScriptSandbox, PythonSandbox, SandboxLogger
+from sandbox_kernel.host.artifacts import javascript_image, python_image
+from sandbox_kernel.host.engine import get_engine
+
+
+@pytest.fixture(scope="session", autouse=True)
+def compiled_guests() -> None:
+    """Load (or compile, once) both guests before any test times itself."""
+    handle = get_engine()
+    for image in (python_image(), javascript_image()):
+        handle.module(image.binary, image.binary_sha256)
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    folder = tmp_path / "workspace"
+    folder.mkdir()
+    return folder
+
+
+@pytest.fixture
+def logger() -> SandboxLogger:
+    return SandboxLogger("sandbox_kernel.tests")
+
+
+@pytest.fixture
+def policy() -> ExecutionPolicy:
+    """The library defaults with a short wall clock, so a runaway test ends quickly."""
+    return ExecutionPolicy(timeout_seconds=10)
+
+
+@pytest.fixture
+def py(policy: ExecutionPolicy, workspace: Path, logger: SandboxLogger) -> Iterator[PythonSandbox]:
+    yield PythonSandbox(policy, workspace, logger)
+
+
+@pytest.fixture
+def js(policy: ExecutionPolicy, workspace: Path, logger: SandboxLogger) -> Iterator[JavaScriptSandbox]:
+    yield JavaScriptSandbox(policy, workspace, logger)
