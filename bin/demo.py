@@ -29,24 +29,33 @@ STEPS: list[tuple[str, str]] = [
         "        print(path, '-> READ (bad)')\n"
         "    except OSError as e:\n"
         "        print(path, '->', type(e).__name__)\n"
-        "import socket\n"
-        "try:\n"
-        "    socket.create_connection(('127.0.0.1', 22), timeout=1)\n"
-        "except OSError as e:\n"
-        "    print('network ->', type(e).__name__)\n",
+        "import socket, subprocess\n"
+        "for name, attempt in [\n"
+        "    ('network', lambda: socket.create_connection(('127.0.0.1', 22), timeout=1)),\n"
+        "    ('subprocess', lambda: subprocess.run(['ls', '/'])),\n"
+        "]:\n"
+        "    try:\n"
+        "        attempt()\n"
+        "        print(name, '-> ALLOWED (bad)')\n"
+        "    except Exception as e:\n"
+        "        print(name, '->', type(e).__name__)\n",
     ),
     ("a runaway loop (fuel)", "while True:\n    pass\n"),
     ("a long sleep (wall clock)", "import time\ntime.sleep(3600)\n"),
     ("a 1 GB allocation (memory)", "blob = bytearray(1 << 30)\n"),
-    ("an output flood (output cap)", "for i in range(10**6):\n    print('spam', i)\n"),
+    ("an output flood (output cap)", "for i in range(10**5):\n    print('spam', i)\n"),
     ("the same sandbox, afterwards", "print('still healthy:', sum(range(10)))\n"),
 ]
 
 
 def show(title: str, result: SandboxResult) -> None:
     status = "ok" if result.success else f"stopped: {result.error}"
+    if result.truncated:
+        status += ", output cut"
     print(f"\n=== {title}  [{status}]")
-    shown = result.stdout if len(result.stdout) < 1200 else result.stdout[:300] + "\n...\n"
+    shown = result.stdout
+    if len(shown) > 600:  # the head, and the omission notice at the end
+        shown = shown[:200] + "\n  ...\n" + shown.rstrip().splitlines()[-1]
     if shown.strip():
         print(shown.rstrip())
     if result.stderr.strip() and not result.success:

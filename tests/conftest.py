@@ -49,5 +49,7 @@ def py(policy: ExecutionPolicy, workspace: Path, logger: SandboxLogger) -> Itera
 
 
 @pytest.fixture
-def js(policy: ExecutionPolicy, workspace: Path, logger: SandboxLogger) -> Iterator[JavaScriptSandbox]:
+def js(
+    policy: ExecutionPolicy, workspace: Path, logger: SandboxLogger
+) -> Iterator[JavaScriptSandbox]:
     yield JavaScriptSandbox(policy, workspace, logger)

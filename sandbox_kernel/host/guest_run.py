@@ -18,7 +18,8 @@ import atexit
 import threading
 import time
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import wasmtime
@@ -74,6 +75,9 @@ class RunOutcome:
 
 _OPEN_STORES: weakref.WeakSet[wasmtime.Store] = weakref.WeakSet()
 _STORES_LOCK = threading.Lock()
+# Runs inside the guest right now, on any thread: what stops each one at interpreter exit.
+_RUNNING: dict[int, tuple[EngineHandle, RunGuard, int]] = {}  # by id(store)
+_EXIT_GRACE_SECONDS = 2.0
 
 
 def track_store(store: wasmtime.Store) -> wasmtime.Store:
@@ -88,10 +92,37 @@ def close_store(store: wasmtime.Store) -> None:
     store.close()
 
 
+@contextmanager
+def running(
+    store: wasmtime.Store, handle: EngineHandle, guard: RunGuard, ticks: int
+) -> Iterator[None]:
+    """Mark a run as inside the guest, so interpreter exit can stop it before closing stores."""
+    key = id(store)
+    with _STORES_LOCK:
+        _RUNNING[key] = (handle, guard, ticks)
+    try:
+        yield
+    finally:
+        with _STORES_LOCK:
+            _RUNNING.pop(key, None)
+
+
 @atexit.register
 def _close_all_stores() -> None:
+    """Stop guests still running on other threads (closing a Store in use crashes the process),
+    then close every Store: one alive at exit made wasmtime print a Rust panic."""
     with _STORES_LOCK:
-        stores = list(_OPEN_STORES)
+        active = list(_RUNNING.values())
+    for handle, guard, ticks in active:
+        if guard.cancel is not None:
+            guard.cancel.set()  # ends a wait in poll_oneoff
+        for _ in range(ticks + 2):  # moves the epoch past the run's deadline
+            handle.engine.increment_epoch()
+    deadline = time.monotonic() + _EXIT_GRACE_SECONDS
+    while _RUNNING and time.monotonic() < deadline:
+        time.sleep(0.01)
+    with _STORES_LOCK:
+        stores = [s for s in _OPEN_STORES if id(s) not in _RUNNING]
         _OPEN_STORES.clear()
     for store in stores:
         store.close()
@@ -108,12 +139,13 @@ def run_guest(
     try:
         store.set_limits(memory_size=limits.memory_bytes)
         store.set_wasi(make_wasi_config(spec.argv, spec.env, spec.preopens, stdout, stderr))
-        guard = RunGuard(limits.guard, deadline=None)
+        guard = RunGuard(limits.guard, deadline=None, cancel=threading.Event())
+        ticks = handle.ticks_for(limits.timeout_seconds)
         started = time.perf_counter()
-        with guarding(guard), handle.ticking():
+        with guarding(guard), handle.ticking(), running(store, handle, guard, ticks):
             if handle.metered:
                 store.set_fuel(limits.fuel)
-            store.set_epoch_deadline(handle.ticks_for(limits.timeout_seconds))
+            store.set_epoch_deadline(ticks)
             guard.deadline = time.monotonic() + limits.timeout_seconds
             ended = _enter(store, linkers_for(handle), module, guard, entry)
         duration_ms = (time.perf_counter() - started) * 1000
@@ -155,7 +187,7 @@ def _enter(
         return _Ended(instance, exit_code=exc.code)
     except wasmtime.Trap as exc:
         limit = LimitKind.TIMEOUT if guard.stop_reason == "timeout" else classify_trap(exc)
-        return _Ended(instance, limit=limit, message=_first_line(str(exc)))
+        return _Ended(instance, limit=limit, message=_trap_text(exc))
     except wasmtime.WasmtimeError as exc:
         return _Ended(instance, limit=LimitKind.TRAP, message=_first_line(str(exc)))
 
@@ -175,6 +207,16 @@ def classify_trap(exc: wasmtime.Trap) -> LimitKind:
     if code == wasmtime.TrapCode.INTERRUPT:
         return LimitKind.TIMEOUT
     return LimitKind.TRAP
+
+
+def _trap_text(exc: wasmtime.Trap) -> str:
+    """What a person can act on: the trap's kind, not wasmtime's backtrace header."""
+    code = exc.trap_code
+    if code == wasmtime.TrapCode.STACK_OVERFLOW:
+        return "stack overflow (recursion too deep for the guest's stack)"
+    if code is not None:
+        return code.name.lower().replace("_", " ")
+    return _first_line(str(exc))
 
 
 def _first_line(text: str) -> str:

@@ -38,6 +38,7 @@ __all__ = [
     "guest_memory",
     "image_preopens",
     "run_main",
+    "script_argv",
     "turn",
 ]
 
@@ -71,6 +72,25 @@ def guest_memory(instance: wasmtime.Instance, store: wasmtime.Store) -> wasmtime
     if not isinstance(found, wasmtime.Memory):
         raise wasmtime.WasmtimeError("the image exports no memory")
     return found
+
+
+def script_argv(script: str, extra_paths: tuple[str, ...] = ()) -> list[str]:
+    """argv that runs `script` as `python script` does in this image.
+
+    The image runs isolated (`-I`: no PYTHONPATH, no script folder on sys.path). With
+    `extra_paths`, a one-line `-c` prelude appends them to sys.path, after the stdlib zip so
+    they cannot shadow it, and hands the script to the image's own runner (`_reactor.run`),
+    so the script's line numbers, `__main__` and exit status are what they would be anyway.
+    """
+    if not extra_paths:
+        return [ARGV0, script]
+    prelude = (
+        "__import__('linecache')._interactive_cache.clear() or "
+        f"__import__('sys').path.extend({list(extra_paths)!r}) or "
+        "__import__('sys').exit(__import__('_reactor').run("
+        f"[{ARGV0!r}, *__import__('sys').argv[1:]], dict(__import__('os').environ)))"
+    )
+    return [ARGV0, "-c", prelude, script]
 
 
 def run_main(instance: wasmtime.Instance, store: wasmtime.Store) -> int:

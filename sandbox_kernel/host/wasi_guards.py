@@ -6,8 +6,10 @@ created instantly; a blocking `poll_oneoff` (every `time.sleep`) cannot be inter
 epoch deadline. So these calls are shadowed:
 
     path_open, fd_close, fd_renumber   count open files against `max_open_files`
-    fd_seek, fd_pwrite, fd_write,      bound any file's size by `max_file_bytes` and the bytes a
-    fd_filestat_set_size               run may write by `workspace_max_bytes`
+    fd_write, fd_pwrite,               bound any file's size by `max_file_bytes` and how much a
+    fd_filestat_set_size               run may grow files by `workspace_max_bytes` (a sparse
+                                       file's gap counts: it is growth the host may pay for)
+    fd_seek                            forwarded as is; a seek grows nothing
     poll_oneoff                        sleeps in slices that end at the run's deadline or cancel
 
 Each shadow forwards to wasmtime's own implementation through a tiny "trampoline" instance that
@@ -39,7 +41,6 @@ __all__ = ["FORWARDED", "SIGNATURES", "GuardLimits", "RunGuard", "active_guard",
 # WASI preview1 errno values.
 EBADF, EDQUOT, EFAULT, EFBIG, EINVAL, EIO, EMFILE, ENOMEM = 8, 19, 21, 22, 28, 29, 33, 48
 MASK32 = 0xFFFFFFFF
-WHENCE_SET, WHENCE_CUR, WHENCE_END = 0, 1, 2
 MAX_SUBSCRIPTIONS = 4096
 SUBSCRIPTION = "<QB7xIxxxxQQH6x"  # userdata, tag, clock id or fd, timeout, precision, flags
 EVENT = "<QHB5xQH6x"  # userdata, error, type, nbytes, flags
@@ -58,7 +59,8 @@ SIGNATURES: dict[str, tuple[str, ...]] = {
     "poll_oneoff": ("i32", "i32", "i32", "i32"),
 }
 FORWARDED = tuple(name for name in SIGNATURES if name != "poll_oneoff")
-PRIVATE = ("fd_tell",)
+PRIVATE = ("fd_tell", "fd_filestat_get")
+FILESTAT_SIZE_OFFSET = 32  # filestat: dev, ino, filetype(+pad), nlink, size, atim, mtim, ctim
 
 
 @dataclass(frozen=True)
@@ -110,7 +112,8 @@ class RunGuard:
             plain.get(store, "wasi_snapshot_preview1", n) for n in PRIVATE
         ]
         private = wasmtime.Instance(store, private_module, private_imports).exports(store)
-        self._forwards["fd_tell"] = private["fd_tell"]
+        for name in PRIVATE:
+            self._forwards[name] = private[name]
         self._private_memory = private["memory"]
 
     def forward(self, caller: Any, name: str, *args: int) -> int:
@@ -119,12 +122,20 @@ class RunGuard:
             return EBADF  # the guard is not bound yet: nothing of wasmtime's is reachable
         return int(func(caller, *args))
 
-    def cursor(self, caller: Any, fd: int) -> int | None:
-        """Where `fd`'s cursor is, asked through the private trampoline."""
-        if self._forwards.get("fd_tell") is None or self.forward(caller, "fd_tell", fd, 0):
+    def _ask(self, caller: Any, name: str, fd: int, offset: int) -> int | None:
+        """A u64 answer to a private question about `fd`, or None when WASI refused it."""
+        if self._forwards.get(name) is None or self.forward(caller, name, fd, 0):
             return None
-        raw = self._private_memory.read(caller, 0, 8)
+        raw = self._private_memory.read(caller, offset, offset + 8)
         return int(struct.unpack("<Q", bytes(raw))[0])
+
+    def cursor(self, caller: Any, fd: int) -> int | None:
+        """Where `fd`'s cursor is."""
+        return self._ask(caller, "fd_tell", fd, 0)
+
+    def file_size(self, caller: Any, fd: int) -> int | None:
+        """How long the file behind `fd` is now."""
+        return self._ask(caller, "fd_filestat_get", fd, FILESTAT_SIZE_OFFSET)
 
 
 _LOCAL = threading.local()
@@ -158,19 +169,18 @@ def trampoline_wat() -> str:
 
 
 def private_trampoline_wat() -> str:
-    return "\n".join(
-        [
-            "(module",
-            f'  (import "wasi_snapshot_preview1" "fd_tell" (func $fd_tell {_sig("fd_tell")}))',
-            '  (memory (export "memory") 1)',
-            _forwarder("fd_tell"),
-            ")",
-        ]
-    )
+    """The guard's own forwarders, over a one-page memory of their own: wasmtime writes the
+    answers there, never into the guest's memory."""
+    lines = ["(module"]
+    for name in PRIVATE:
+        lines.append(f'  (import "wasi_snapshot_preview1" "{name}" (func ${name} {_sig(name)}))')
+    lines.append('  (memory (export "memory") 1)')
+    lines.extend(_forwarder(name) for name in PRIVATE)
+    return "\n".join([*lines, ")"])
 
 
 def _params(name: str) -> tuple[str, ...]:
-    return ("i32", "i32") if name == "fd_tell" else SIGNATURES[name]
+    return ("i32", "i32") if name in PRIVATE else SIGNATURES[name]
 
 
 def _sig(name: str) -> str:
@@ -235,12 +245,7 @@ def _too_big(guard: RunGuard, size: int, fd: int) -> int:
 
 
 def _fd_seek(guard: RunGuard, caller: Any, fd: int, offset: int, whence: int, out: int) -> int:
-    if fd > 2 and whence in (WHENCE_SET, WHENCE_CUR) and offset > 0:
-        base = 0 if whence == WHENCE_SET else guard.cursor(caller, fd)
-        if base is not None and base + offset > guard.limits.max_file_bytes:
-            return _too_big(guard, base + offset, fd)
-    if fd > 2 and whence == WHENCE_END and offset > 0:
-        return _too_big(guard, offset, fd)  # past the end of a file: only sparse files need it
+    """Seeking grows nothing (reads past a cap must work): writes are where growth is charged."""
     return guard.forward(caller, "fd_seek", fd, offset, whence, out)
 
 
@@ -250,42 +255,46 @@ def _iov_total(caller: Any, iovs: int, count: int) -> int:
     return sum(length for _, length in struct.iter_unpack("<II", raw))
 
 
-def _charge(guard: RunGuard, fd: int, size: int) -> int | None:
-    """An errno when writing `size` more bytes to a file breaks the run's byte budget."""
-    if guard.bytes_written + size > guard.limits.workspace_max_bytes:
-        detail = f"writes would reach {guard.bytes_written + size:,} bytes this run"
+def _grow(guard: RunGuard, caller: Any, fd: int, end: int) -> int | None:
+    """An errno when making `fd`'s file reach `end` bytes breaks a cap; else charge the growth.
+
+    Growth, not bytes written, is what costs the host disk and what a sparse file hides: a
+    truncate to 1 TB or a write far past the end grows the file by the whole gap.
+    """
+    if end > guard.limits.max_file_bytes:
+        return _too_big(guard, end, fd)
+    size = guard.file_size(caller, fd)
+    growth = max(0, end - size) if size is not None else 0
+    if guard.bytes_written + growth > guard.limits.workspace_max_bytes:
+        detail = f"files would grow by {guard.bytes_written + growth:,} bytes this run"
         return guard.refuse("file_size", detail, EDQUOT)
-    guard.bytes_written += size
+    guard.bytes_written += growth
     return None
 
 
 def _fd_write(guard: RunGuard, caller: Any, fd: int, iovs: int, count: int, out: int) -> int:
-    if fd > 2:
-        size = _iov_total(caller, iovs, count)
-        at = guard.cursor(caller, fd) or 0
-        if at + size > guard.limits.max_file_bytes:
-            return _too_big(guard, at + size, fd)
-        refused = _charge(guard, fd, size)
-        if refused is not None:
-            return refused
+    if fd > 2:  # stdout and stderr are capped by their own streams
+        at = guard.cursor(caller, fd)
+        if at is not None:  # not a file with a cursor (a directory, say): WASI will refuse
+            refused = _grow(guard, caller, fd, at + _iov_total(caller, iovs, count))
+            if refused is not None:
+                return refused
     return guard.forward(caller, "fd_write", fd, iovs, count, out)
 
 
 def _fd_pwrite(
     guard: RunGuard, caller: Any, fd: int, iovs: int, count: int, offset: int, out: int
 ) -> int:
-    size = _iov_total(caller, iovs, count)
-    if offset + size > guard.limits.max_file_bytes:
-        return _too_big(guard, offset + size, fd)
-    refused = _charge(guard, fd, size)
+    refused = _grow(guard, caller, fd, offset + _iov_total(caller, iovs, count))
     if refused is not None:
         return refused
     return guard.forward(caller, "fd_pwrite", fd, iovs, count, offset, out)
 
 
 def _fd_filestat_set_size(guard: RunGuard, caller: Any, fd: int, size: int) -> int:
-    if size > guard.limits.max_file_bytes:
-        return _too_big(guard, size, fd)
+    refused = _grow(guard, caller, fd, size)
+    if refused is not None:
+        return refused
     return guard.forward(caller, "fd_filestat_set_size", fd, size)
 
 

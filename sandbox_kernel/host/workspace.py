@@ -18,7 +18,15 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["MAX_ENTRIES", "Entry", "Snapshot", "diff", "remove_tree", "snapshot"]
+__all__ = [
+    "MAX_ENTRIES",
+    "Entry",
+    "Snapshot",
+    "diff",
+    "remove_tree",
+    "snapshot",
+    "write_file_nofollow",
+]
 
 MAX_ENTRIES = 100_000
 
@@ -84,3 +92,26 @@ def remove_tree(path: Path) -> None:
         path.unlink()
     elif path.exists():
         shutil.rmtree(path)
+
+
+def write_file_nofollow(path: Path, data: bytes) -> None:
+    """Put `data` at `path`, replacing whatever a guest left there without following it.
+
+    A guest can turn /app/user_code.py into a link to a host file, a dangling link or a
+    folder; writing through it would let the next run overwrite a file outside the workspace.
+    So the name is removed as it is (a link is unlinked, not followed) and the file is created
+    afresh with O_EXCL | O_NOFOLLOW.
+    """
+    try:
+        st = path.lstat()
+    except FileNotFoundError:
+        st = None
+    if st is not None:
+        if stat.S_ISDIR(st.st_mode):
+            remove_tree(path)
+        else:
+            path.unlink()
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+    fd = os.open(path, flags, 0o644)
+    with os.fdopen(fd, "wb") as out:
+        out.write(data)

@@ -27,7 +27,7 @@ from sandbox_kernel.core.results import LimitKind, RuntimeType, SandboxResult
 from sandbox_kernel.host.guest_run import RunLimits, RunOutcome, RunSpec
 from sandbox_kernel.host.wasi_config import Preopen
 from sandbox_kernel.host.wasi_guards import GuardLimits
-from sandbox_kernel.host.workspace import diff, snapshot
+from sandbox_kernel.host.workspace import diff, snapshot, write_file_nofollow
 
 __all__ = ["BaseSandbox", "limits_from_policy"]
 
@@ -98,8 +98,10 @@ class BaseSandbox(ABC):
             raise SandboxBusyError("this sandbox is already running an execution")
         run_id = uuid.uuid4().hex[:12]
         try:
-            self.logger.execution_start(self.runtime, self.policy, run_id=run_id)
-            (self.workspace / self.code_filename).write_text(code, encoding="utf-8")
+            self.logger.execution_start(
+                self.runtime, self.policy, run_id=run_id, workspace=str(self.workspace)
+            )
+            write_file_nofollow(self.workspace / self.code_filename, code.encode("utf-8"))
             before = snapshot(self.workspace, exclude=frozenset({self.code_filename}))
             # The guest's /tmp: private to this run, removed after it (links are not followed).
             with tempfile.TemporaryDirectory(

@@ -3,7 +3,13 @@
 The same contract as PythonSandbox: console.log on stdout, an uncaught error or a syntax
 error on stderr with success False, fuel, memory, wall-clock and output limits, file deltas
 in the workspace. `std` and `os` (the `qjs:std` and `qjs:os` modules) are also globals, as
-`qjs --std` gives them; a file that uses `import` runs as a module.
+`qjs --std` gives them; a file that parses as a module runs as one (as `qjs file.js` does).
+
+Known differences from the `qjs` command, all from the reactor build (it exports no event
+loop): promise continuations and `os.setTimeout` callbacks still pending when the script's
+synchronous part ends are dropped unless a top-level `await` waits for them; a final partial
+line written with `std.out.puts` (no newline) is not flushed; unhandled rejections are not
+reported. `console.log` output is always complete.
 
 Must not import: sandbox_kernel.repl, anything Jupyter, wasmtime directly.
 """

@@ -1,10 +1,12 @@
 """PythonSandbox: one-shot CPython 3.15 in WebAssembly, run as `python /app/user_code.py`.
 
 The code is written to the workspace unchanged, so a traceback names /app/user_code.py and the
-user's own line numbers. With `inject_setup` (the default) the guest's import path also holds
-<guest_mount_path>/site-packages, so packages a user unpacks there import; it is set through
-PYTHONPATH rather than by prepending lines, which would shift every line number and break a
-leading `from __future__ import`. `inject_setup=False` leaves sys.path as the image has it.
+user's own line numbers. With `inject_setup` (the default) the guest's sys.path also holds
+/app and /app/site-packages (after the stdlib, which they cannot shadow), so workspace modules
+and packages unpacked there import. The setup is a `-c` prelude that then runs the file, not
+lines prepended to it, which would shift every line number and break a leading
+`from __future__ import`. `inject_setup=False` leaves sys.path as the image has it: the image
+runs isolated, without even the script's folder.
 
 Must not import: sandbox_kernel.repl, anything Jupyter, wasmtime directly.
 """
@@ -25,6 +27,9 @@ from sandbox_kernel.host.guest_run import RunOutcome, RunSpec, run_guest
 from sandbox_kernel.runtimes.base import BaseSandbox
 
 __all__ = ["PythonSandbox"]
+
+# A failed run whose memory grew to within this of the cap ran out of memory.
+_MEMORY_SLACK_BYTES = 1 << 20
 
 
 class PythonSandbox(BaseSandbox):
@@ -64,21 +69,21 @@ class PythonSandbox(BaseSandbox):
 
     def _launch(self, spec: RunSpec) -> RunOutcome:
         module = self._engine.module(self.image.binary, self.image.binary_sha256)
-        env = {**python_abi.BASE_ENV, **spec.env}
-        if self.inject_setup:
-            site = f"{self.policy.guest_mount_path}/site-packages"
-            env["PYTHONPATH"] = ":".join(p for p in (site, env.get("PYTHONPATH")) if p)
+        app = self.policy.guest_mount_path
+        extra = (app, f"{app}/site-packages") if self.inject_setup else ()
         spec = dataclasses.replace(
             spec,
-            argv=(python_abi.ARGV0, f"{self.policy.guest_mount_path}/{self.code_filename}"),
-            env=env,
+            argv=python_abi.script_argv(f"{app}/{self.code_filename}", extra),
+            env={**python_abi.BASE_ENV, **spec.env},
             preopens=[*python_abi.image_preopens(self.image), *spec.preopens],
         )
         return run_guest(self._engine, module, spec, python_abi.run_main)
 
     def _classify(self, outcome: RunOutcome) -> LimitKind | None:
         limit = super()._classify(outcome)
-        if limit is None and outcome.exit_code not in (0, None) and _ended_in_memory_error(outcome):
+        failed = outcome.exit_code not in (0, None)
+        near_cap = outcome.memory_used_bytes > self.policy.memory_bytes - _MEMORY_SLACK_BYTES
+        if limit is None and failed and (near_cap or _ended_in_memory_error(outcome)):
             return LimitKind.MEMORY
         return limit
 
@@ -95,5 +100,6 @@ def _stderr_lines(outcome: RunOutcome) -> list[str]:
 
 
 def _ended_in_memory_error(outcome: RunOutcome) -> bool:
-    lines = _stderr_lines(outcome)
-    return bool(lines) and lines[-1].startswith("MemoryError")
+    """A MemoryError near the end of stderr (CPython may fail again while printing it, and
+    end with "lost sys.stderr")."""
+    return any(line.startswith("MemoryError") for line in _stderr_lines(outcome)[-5:])

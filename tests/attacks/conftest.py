@@ -56,7 +56,9 @@ class HostGuard:
     def assert_healthy(self, sandbox: BaseSandbox) -> None:
         """The very same sandbox still runs code, and the host's files are as they were."""
         result = sandbox.execute('print("ok")')
-        assert result.success is True, f"the sandbox did not recover: {result.error} {result.stderr}"
+        assert result.success is True, (
+            f"the sandbox did not recover: {result.error} {result.stderr}"
+        )
         assert result.stdout == "ok\n"
         assert result.limit is None
         self.assert_untouched()

@@ -99,7 +99,9 @@ def test_inherit_env_refuses_a_secret_looking_name(name: str) -> None:
     assert any(error.field.startswith("inherit_env") for error in caught.value.errors)
 
 
-def test_a_secret_set_through_policy_env_is_hidden_from_logs(py: PythonSandbox, workspace: Path) -> None:
+def test_a_secret_set_through_policy_env_is_hidden_from_logs(
+    py: PythonSandbox, workspace: Path
+) -> None:
     # A caller may hand a guest a key on purpose (env=); the audit log must still not show it.
     policy = ExecutionPolicy(timeout_seconds=10, env={"SERVICE_API_KEY": "sk-given"})
     sandbox = PythonSandbox(policy, workspace, py.logger)

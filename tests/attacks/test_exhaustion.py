@@ -17,7 +17,9 @@ from tests.attacks.conftest import HostGuard
 _RECURSE = "def f(n):\n    return f(n + 1)\nf(0)"
 
 
-def _sandbox(workspace: Path, logger: SandboxLogger | None = None, **policy: object) -> PythonSandbox:
+def _sandbox(
+    workspace: Path, logger: SandboxLogger | None = None, **policy: object
+) -> PythonSandbox:
     return PythonSandbox(ExecutionPolicy(**{"timeout_seconds": 10, **policy}), workspace, logger)
 
 
@@ -94,9 +96,7 @@ def test_a_long_sleep_ends_at_the_deadline(workspace: Path, host: HostGuard, cod
     ],
     ids=["bytearray", "str", "list"],
 )
-def test_a_huge_allocation_is_a_memory_error(
-    workspace: Path, host: HostGuard, code: str
-) -> None:
+def test_a_huge_allocation_is_a_memory_error(workspace: Path, host: HostGuard, code: str) -> None:
     sandbox = _sandbox(workspace, memory_bytes=64_000_000)
     result = sandbox.execute(code)
     assert result.limit is LimitKind.MEMORY

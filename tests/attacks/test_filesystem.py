@@ -206,7 +206,17 @@ def test_the_scratch_tmp_cleanup_does_not_follow_a_planted_symlink(
         "os.symlink('/app', '/data/link')",
         "os.truncate('/data/file.txt', 0)",
     ],
-    ids=["create", "append", "overwrite", "remove", "mkdir", "rename", "move-out", "link", "truncate"],
+    ids=[
+        "create",
+        "append",
+        "overwrite",
+        "remove",
+        "mkdir",
+        "rename",
+        "move-out",
+        "link",
+        "truncate",
+    ],
 )
 def test_the_data_mount_is_read_only(
     workspace: Path, tmp_path: Path, host: HostGuard, code: str
@@ -242,7 +252,9 @@ def test_the_image_folder_is_read_only(py: PythonSandbox, host: HostGuard, code:
     result = py.execute(f"import os\nZIP = {image.zip_name!r}\n{code}")
     assert result.success is False
     assert "Error: [Errno" in result.stderr, result.stderr
-    after = sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in image.lib_dir.iterdir())
+    after = sorted(
+        (p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in image.lib_dir.iterdir()
+    )
     assert after == lib
     host.assert_healthy(py)
 
@@ -334,8 +346,10 @@ def test_a_terabyte_sparse_file_hits_the_file_size_limit(
     "code",
     [
         "open('/app/big', 'wb').write(b'x' * 5_000_000)",
-        "f = open('/app/big', 'wb')\nfor _ in range(50):\n    f.write(b'x' * 100_000)\n    f.flush()",
-        "for i in range(50):\n    with open(f'/app/part{i}', 'wb') as f:\n        f.write(b'x' * 100_000)",
+        "f = open('/app/big', 'wb')\n"
+        "for _ in range(50):\n    f.write(b'x' * 100_000)\n    f.flush()",
+        "for i in range(50):\n"
+        "    with open(f'/app/part{i}', 'wb') as f:\n        f.write(b'x' * 100_000)",
         "fd = os.open('/app/big', os.O_CREAT | os.O_WRONLY)\n"
         "for i in range(50):\n    os.pwrite(fd, b'x' * 100_000, i * 100_000)",
     ],

@@ -79,11 +79,20 @@ def test_the_guest_cannot_listen_either(py: PythonSandbox, host: HostGuard) -> N
 @pytest.mark.parametrize(
     ("code", "message"),
     [
-        ("import subprocess\nsubprocess.run(['ls'])", "OSError: [Errno 58] wasi does not support processes"),
-        ("import subprocess\nsubprocess.check_output('id', shell=True)", "wasi does not support processes"),
+        (
+            "import subprocess\nsubprocess.run(['ls'])",
+            "OSError: [Errno 58] wasi does not support processes",
+        ),
+        (
+            "import subprocess\nsubprocess.check_output('id', shell=True)",
+            "wasi does not support processes",
+        ),
         ("import os\nos.system('ls')", "AttributeError: module 'os' has no attribute 'system'"),
         ("import os\nos.fork()", "AttributeError: module 'os' has no attribute 'fork'"),
-        ("import os\nos.execv('/bin/sh', ['sh'])", "AttributeError: module 'os' has no attribute 'execv'"),
+        (
+            "import os\nos.execv('/bin/sh', ['sh'])",
+            "AttributeError: module 'os' has no attribute 'execv'",
+        ),
         ("import os\nos.popen('ls').read()", "Error"),
         ("import os\nos.kill(1, 9)", "AttributeError: module 'os' has no attribute 'kill'"),
         ("import multiprocessing\nmultiprocessing.Process(target=print).start()", "Error"),
@@ -104,7 +113,9 @@ def test_starting_a_process_fails_cleanly(
 
 
 def test_threads_cannot_be_started(py: PythonSandbox, host: HostGuard) -> None:
-    result = py.execute("import threading\nthreading.Thread(target=print).start()\nprint('STARTED')")
+    result = py.execute(
+        "import threading\nthreading.Thread(target=print).start()\nprint('STARTED')"
+    )
     assert "STARTED" not in result.stdout
     assert result.success is False
     assert _ends_in_python_exception(result.stderr), result.stderr

@@ -68,7 +68,9 @@ def test_only_the_abi_module_names_the_reactor_exports(marker: str) -> None:
     assert naming == [ABI_MODULE]
 
 
-def _run_python(script: str, tmp_path: Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def _run_python(
+    script: str, tmp_path: Path, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-c", textwrap.dedent(script)],
         cwd=tmp_path,
@@ -93,7 +95,6 @@ def test_a_process_that_ran_a_guest_exits_cleanly(tmp_path: Path) -> None:
     assert done.stdout == "1\n"
 
 
-@pytest.mark.slow
 def test_exiting_while_a_guest_runs_in_a_thread_does_not_crash(tmp_path: Path) -> None:
     script = f"""
         import threading, time

@@ -114,7 +114,9 @@ def test_a_module_is_compiled_once_then_loaded_from_disk(
     assert _answer(second.module(source, SHA), second) == 42
 
 
-def test_a_damaged_cache_file_is_recompiled(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_damaged_cache_file_is_recompiled(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("SANDBOX_KERNEL_CACHE", str(tmp_path / "cache"))
     source = tmp_path / "tiny.wat"
     source.write_text(_TINY_WAT)
@@ -126,7 +128,9 @@ def test_a_damaged_cache_file_is_recompiled(tmp_path: Path, monkeypatch: pytest.
     assert cached.read_bytes() != b"not a compiled module"
 
 
-def test_a_symlinked_cache_file_is_not_loaded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_symlinked_cache_file_is_not_loaded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # Deserializing runs native code: a cache entry that is a link may point anywhere.
     monkeypatch.setenv("SANDBOX_KERNEL_CACHE", str(tmp_path / "cache"))
     source = tmp_path / "tiny.wat"

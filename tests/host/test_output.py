@@ -59,7 +59,10 @@ def test_the_notice_names_the_stream_the_count_and_the_cap() -> None:
 def test_the_notice_starts_on_its_own_line() -> None:
     stream = CappedStream("stdout", 6)
     stream.write(b"abc\ndefgh")
-    assert stream.text() == "abc\nde\n[sandbox: 3 bytes of stdout omitted; the policy caps stdout at 6 bytes]\n"
+    assert (
+        stream.text()
+        == "abc\nde\n[sandbox: 3 bytes of stdout omitted; the policy caps stdout at 6 bytes]\n"
+    )
     ended = CappedStream("stdout", 4)
     ended.write(b"abc\nmore")
     assert ended.text() == "abc\n" + ended.notice()

@@ -50,7 +50,9 @@ def test_exclude_leaves_out_the_named_paths(workspace: Path) -> None:
     assert sorted(snapshot(workspace, exclude=frozenset({"user_code.py"})).entries) == ["kept.txt"]
 
 
-@pytest.mark.parametrize("target", ["folder", "file", "dangling"], ids=["folder", "file", "dangling"])
+@pytest.mark.parametrize(
+    "target", ["folder", "file", "dangling"], ids=["folder", "file", "dangling"]
+)
 def test_a_symlink_is_listed_as_a_link_and_not_followed(
     workspace: Path, outside: Path, target: str
 ) -> None:
@@ -85,7 +87,9 @@ def test_max_entries_bounds_the_listing(workspace: Path, monkeypatch: pytest.Mon
     assert len(shot.entries) == 10
 
 
-def test_max_entries_not_reached_is_complete(workspace: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_max_entries_not_reached_is_complete(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(ws, "MAX_ENTRIES", 10)
     for i in range(10):
         (workspace / f"f{i}.txt").write_text("x")
