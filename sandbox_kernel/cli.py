@@ -29,7 +29,9 @@ _DESCRIPTION = "Run untrusted code in a resource-limited WebAssembly sandbox."
 def _progress_bar(label: str) -> tuple[Callable[[float], None], Callable[[], None]]:
     from tqdm import tqdm
 
-    bar = tqdm(total=100, desc=label, unit="%", file=sys.stderr, leave=True)
+    # Redrawn often on a terminal; a few lines in all when stderr is a log (CI).
+    interval = 0.1 if sys.stderr.isatty() else 10.0
+    bar = tqdm(total=100, desc=label, unit="%", file=sys.stderr, mininterval=interval)
 
     def update(fraction: float) -> None:
         bar.update(max(0, round(fraction * 100) - bar.n))

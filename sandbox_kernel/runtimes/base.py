@@ -120,7 +120,9 @@ class BaseSandbox(ABC):
         if self.policy.mount_data_dir is not None:
             data = Path(self.policy.mount_data_dir).resolve()
             preopens.append(Preopen(data, self.policy.guest_data_path, writable=False))
-        preopens.append(Preopen(scratch, "/tmp", writable=True))
+        granted = [p.guest for p in preopens]
+        if not any(g == "/tmp" or g.startswith("/tmp/") for g in granted):
+            preopens.append(Preopen(scratch, "/tmp", writable=True))
         return RunSpec(
             argv=(),
             env=self.policy.guest_env(),
