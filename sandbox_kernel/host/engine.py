@@ -14,6 +14,7 @@ Must not import: sandbox_kernel.runtimes, sandbox_kernel.repl, anything Jupyter.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.metadata
 import os
@@ -42,6 +43,7 @@ CACHE_ENV = "SANDBOX_KERNEL_CACHE"
 _COMPILE_BYTES_PER_SECOND = 1.9e6
 
 
+@functools.cache
 def wasmtime_version() -> str:
     """The installed wasmtime-py version, which is also the bundled Wasmtime's version."""
     return importlib.metadata.version("wasmtime")

@@ -9,7 +9,7 @@ epoch deadline. So these calls are shadowed:
     fd_write, fd_pwrite,               bound any file's size by `max_file_bytes` and how much a
     fd_filestat_set_size               run may grow files by `workspace_max_bytes` (a sparse
                                        file's gap counts: it is growth the host may pay for)
-    fd_seek                            forwarded as is; a seek grows nothing
+    (fd_seek is wasmtime's own: a seek grows nothing, and reads past a cap must work)
     poll_oneoff                        sleeps in slices that end at the run's deadline or cancel
 
 Each shadow forwards to wasmtime's own implementation through a tiny "trampoline" instance that
@@ -52,7 +52,6 @@ SIGNATURES: dict[str, tuple[str, ...]] = {
     "path_open": ("i32", "i32", "i32", "i32", "i32", "i64", "i64", "i32", "i32"),
     "fd_close": ("i32",),
     "fd_renumber": ("i32", "i32"),
-    "fd_seek": ("i32", "i64", "i32", "i32"),
     "fd_write": ("i32", "i32", "i32", "i32"),
     "fd_pwrite": ("i32", "i32", "i32", "i64", "i32"),
     "fd_filestat_set_size": ("i32", "i64"),
@@ -244,11 +243,6 @@ def _too_big(guard: RunGuard, size: int, fd: int) -> int:
     return guard.refuse("file_size", detail, EFBIG)
 
 
-def _fd_seek(guard: RunGuard, caller: Any, fd: int, offset: int, whence: int, out: int) -> int:
-    """Seeking grows nothing (reads past a cap must work): writes are where growth is charged."""
-    return guard.forward(caller, "fd_seek", fd, offset, whence, out)
-
-
 def _iov_total(caller: Any, iovs: int, count: int) -> int:
     iovs, count = iovs & MASK32, count & MASK32
     raw = bytes(caller["memory"].read(caller, iovs, iovs + 8 * min(count, 1024)))
@@ -348,7 +342,6 @@ _RULES: dict[str, Callable[..., int]] = {
     "path_open": _path_open,
     "fd_close": _fd_close,
     "fd_renumber": _fd_renumber,
-    "fd_seek": _fd_seek,
     "fd_write": _fd_write,
     "fd_pwrite": _fd_pwrite,
     "fd_filestat_set_size": _fd_filestat_set_size,
