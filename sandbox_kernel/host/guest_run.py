@@ -26,12 +26,24 @@ import wasmtime
 
 from sandbox_kernel.core.results import LimitKind
 from sandbox_kernel.host.engine import EngineHandle
-from sandbox_kernel.host.linker import Linkers, linkers_for
+from sandbox_kernel.host.linker import linkers_for
 from sandbox_kernel.host.output import CappedStream
 from sandbox_kernel.host.wasi_config import Preopen, make_wasi_config
 from sandbox_kernel.host.wasi_guards import GuardLimits, RunGuard, guarding
 
-__all__ = ["Entry", "RunLimits", "RunOutcome", "RunSpec", "close_store", "run_guest"]
+__all__ = [
+    "Entry",
+    "RunLimits",
+    "RunOutcome",
+    "RunSpec",
+    "classify_trap",
+    "close_store",
+    "instantiate_guarded",
+    "run_guest",
+    "running",
+    "track_store",
+    "trap_text",
+]
 
 Entry = Callable[[wasmtime.Instance, wasmtime.Store], int]
 
@@ -138,7 +150,9 @@ def run_guest(
     store = track_store(wasmtime.Store(handle.engine))
     try:
         store.set_limits(memory_size=limits.memory_bytes)
-        store.set_wasi(make_wasi_config(spec.argv, spec.env, spec.preopens, stdout, stderr))
+        store.set_wasi(
+            make_wasi_config(spec.argv, spec.env, spec.preopens, stdout.write, stderr.write)
+        )
         guard = RunGuard(limits.guard, deadline=None, cancel=threading.Event())
         ticks = handle.ticks_for(limits.timeout_seconds)
         started = time.perf_counter()
@@ -147,7 +161,7 @@ def run_guest(
                 store.set_fuel(limits.fuel)
             store.set_epoch_deadline(ticks)
             guard.deadline = time.monotonic() + limits.timeout_seconds
-            ended = _enter(store, linkers_for(handle), module, guard, entry)
+            ended = _enter(store, handle, module, guard, entry)
         duration_ms = (time.perf_counter() - started) * 1000
         return RunOutcome(
             exit_code=ended.exit_code,
@@ -172,22 +186,35 @@ class _Ended:
     message: str | None = None
 
 
+def instantiate_guarded(
+    store: wasmtime.Store, handle: EngineHandle, module: wasmtime.Module, guard: RunGuard
+) -> wasmtime.Instance:
+    """Instantiate `module` with the guarded linker and bind the guard's trampolines to it."""
+    linkers = linkers_for(handle)
+    instance = linkers.guarded.instantiate(store, module)
+    memory = instance.exports(store).get("memory")
+    if not isinstance(memory, wasmtime.Memory):
+        raise wasmtime.WasmtimeError("the image exports no memory")
+    guard.bind(store, linkers.plain, linkers.trampolines, memory)
+    return instance
+
+
 def _enter(
-    store: wasmtime.Store, linkers: Linkers, module: wasmtime.Module, guard: RunGuard, entry: Entry
+    store: wasmtime.Store,
+    handle: EngineHandle,
+    module: wasmtime.Module,
+    guard: RunGuard,
+    entry: Entry,
 ) -> _Ended:
     instance = None
     try:
-        instance = linkers.guarded.instantiate(store, module)
-        memory = instance.exports(store).get("memory")
-        if not isinstance(memory, wasmtime.Memory):
-            return _Ended(instance, limit=LimitKind.TRAP, message="the image exports no memory")
-        guard.bind(store, linkers.plain, linkers.trampolines, memory)
+        instance = instantiate_guarded(store, handle, module, guard)
         return _Ended(instance, exit_code=entry(instance, store))
     except wasmtime.ExitTrap as exc:
         return _Ended(instance, exit_code=exc.code)
     except wasmtime.Trap as exc:
         limit = LimitKind.TIMEOUT if guard.stop_reason == "timeout" else classify_trap(exc)
-        return _Ended(instance, limit=limit, message=_trap_text(exc))
+        return _Ended(instance, limit=limit, message=trap_text(exc))
     except wasmtime.WasmtimeError as exc:
         return _Ended(instance, limit=LimitKind.TRAP, message=_first_line(str(exc)))
 
@@ -209,7 +236,7 @@ def classify_trap(exc: wasmtime.Trap) -> LimitKind:
     return LimitKind.TRAP
 
 
-def _trap_text(exc: wasmtime.Trap) -> str:
+def trap_text(exc: wasmtime.Trap) -> str:
     """What a person can act on: the trap's kind, not wasmtime's backtrace header."""
     code = exc.trap_code
     if code == wasmtime.TrapCode.STACK_OVERFLOW:

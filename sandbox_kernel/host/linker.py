@@ -11,6 +11,7 @@ Must not import: sandbox_kernel.runtimes, repl, anything Jupyter.
 from __future__ import annotations
 
 import threading
+import weakref
 from dataclasses import dataclass
 
 import wasmtime
@@ -52,13 +53,13 @@ def _build(handle: EngineHandle) -> Linkers:
     return Linkers(guarded, plain, trampolines)
 
 
-_LINKERS: dict[int, Linkers] = {}
+_LINKERS: weakref.WeakKeyDictionary[EngineHandle, Linkers] = weakref.WeakKeyDictionary()
 _LOCK = threading.Lock()
 
 
 def linkers_for(handle: EngineHandle) -> Linkers:
     with _LOCK:
-        found = _LINKERS.get(id(handle))
+        found = _LINKERS.get(handle)
         if found is None:
-            found = _LINKERS[id(handle)] = _build(handle)
+            found = _LINKERS[handle] = _build(handle)
         return found

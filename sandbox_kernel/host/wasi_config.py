@@ -9,13 +9,11 @@ Must not import: sandbox_kernel.runtimes, repl, anything Jupyter.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import wasmtime
-
-from sandbox_kernel.host.output import CappedStream
 
 __all__ = ["Preopen", "make_wasi_config"]
 
@@ -33,14 +31,15 @@ def make_wasi_config(
     argv: Sequence[str],
     env: Mapping[str, str],
     preopens: Sequence[Preopen],
-    stdout: CappedStream,
-    stderr: CappedStream,
+    stdout: Callable[[bytes], int],
+    stderr: Callable[[bytes], int],
 ) -> wasmtime.WasiConfig:
+    """`stdout` and `stderr` are called by wasmtime with each chunk and answer its length."""
     config = wasmtime.WasiConfig()
     config.argv = list(argv)
     config.env = sorted(env.items())
-    config.stdout_custom = stdout.write
-    config.stderr_custom = stderr.write
+    config.stdout_custom = stdout
+    config.stderr_custom = stderr
     for p in preopens:
         config.preopen_dir(str(p.host), p.guest, p.writable)
     return config

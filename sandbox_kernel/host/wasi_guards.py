@@ -85,6 +85,15 @@ class RunGuard:
     _forwards: dict[str, Any] = field(default_factory=dict)
     _private_memory: Any = None
 
+    def begin(self, deadline: float | None) -> None:
+        """Start a new turn of a persistent guest: per-turn budgets reset, open files kept."""
+        self.deadline = deadline
+        self.bytes_written = 0
+        self.refusals = []
+        self.stop_reason = None
+        if self.cancel is not None:
+            self.cancel.clear()
+
     def refuse(self, kind: str, detail: str, errno: int) -> int:
         if len(self.refusals) < 100:  # a guest retrying in a loop does not grow the host
             self.refusals.append((kind, detail))

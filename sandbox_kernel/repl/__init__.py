@@ -1,0 +1,16 @@
+"""The persistent REPL session: ReplSandbox (sandboxed, wasm) and create_repl()."""
+
+from __future__ import annotations
+
+from sandbox_kernel.repl.models import CodeExecution, ExecutionStatus, REPLConfig
+from sandbox_kernel.repl.sandbox import ReplSandbox
+
+__all__ = ["CodeExecution", "ExecutionStatus", "REPLConfig", "ReplSandbox", "create_repl"]
+
+
+def create_repl(config: REPLConfig | None = None) -> ReplSandbox:
+    """A session for `config` ("auto" and "wasm" are the sandboxed WebAssembly backend)."""
+    config = config if config is not None else REPLConfig()
+    if config.backend == "native":
+        raise NotImplementedError("the native backend is not available yet")
+    return ReplSandbox(config)

@@ -1,0 +1,230 @@
+"""The host's side of the door: answers to the cell driver's requests, within budgets.
+
+One `Bridge` per session. It runs on the thread inside the guest's turn, so every answer is
+bounded: waits (sleep, a model's answer, input) end at the cell's deadline or at a cancel; a
+callback's failure becomes an exception inside the guest; request counts and bytes per
+execution are capped. Nothing here raises into the door except `StopTurn`, which ends a turn
+whose deadline or hard cancel came while the host was waiting (the session makes it a trap).
+
+Must not import: wasmtime, anything Jupyter.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from sandbox_kernel.host.session import StopTurn
+from sandbox_kernel.repl import protocol
+from sandbox_kernel.repl.models import REPLConfig
+from sandbox_kernel.repl.protocol import CellReply, error_answer, ok_answer
+
+__all__ = ["Bridge", "LineSplitter"]
+
+_WAIT_SLICE_SECONDS = 0.01
+
+
+class LineSplitter:
+    """Turns output chunks into whole lines for a per-line callback."""
+
+    def __init__(self, callback: Callable[[str], None]) -> None:
+        self._callback = callback
+        self._pending = ""
+
+    def feed(self, chunk: bytes) -> None:
+        text = self._pending + chunk.decode("utf-8", errors="replace")
+        *lines, self._pending = text.split("\n")
+        for line in lines:
+            self._callback(line + "\n")
+
+    def flush(self) -> None:
+        if self._pending:
+            rest, self._pending = self._pending, ""
+            self._callback(rest)
+
+
+class Bridge:
+    """Answers door requests for one session."""
+
+    def __init__(self, config: REPLConfig, context: Callable[[], object]) -> None:
+        self.config = config
+        self._context = context
+        self.soft_cancel = threading.Event()
+        self.hard_cancel = threading.Event()
+        self.deadline = float("inf")
+        self.sources: dict[int, str] = {}
+        self.replies: dict[int, CellReply] = {}
+        self.flag_magic: bytes | None = None
+        self.values: dict[str, tuple[bool, Any]] = {}
+        self.calls = 0
+        self.bytes = 0
+        self.usage = {"llm_calls": 0, "rlm_calls": 0}
+
+    def begin(self, timeout_seconds: float) -> None:
+        """A new execution: fresh budgets, deadline and cancel state."""
+        self.deadline = time.monotonic() + timeout_seconds
+        self.calls = 0
+        self.bytes = 0
+        self.soft_cancel.clear()
+        self.hard_cancel.clear()
+
+    # -- the door ----------------------------------------------------------------------------
+
+    def __call__(self, frame: bytes) -> bytes:
+        """One request in, one answer out; only a turn stop escapes."""
+        try:
+            request = protocol.decode_request(frame)
+        except (ValueError, UnicodeDecodeError) as exc:
+            return error_answer("ValueError", f"malformed door request: {exc}")
+        self.calls += 1
+        self.bytes += len(frame)
+        if self.calls > self.config.max_bridge_calls:
+            limit = self.config.max_bridge_calls
+            return error_answer(
+                "RuntimeError", f"too many host requests in one execution ({limit})"
+            )
+        if self.bytes > self.config.max_bridge_bytes:
+            limit = self.config.max_bridge_bytes
+            return error_answer("RuntimeError", f"host requests exceeded {limit:,} bytes")
+        handler = getattr(self, f"_op_{request['op']}", None)
+        if handler is None:
+            return error_answer("ValueError", f"unknown door request {request['op']!r}")
+        answer: bytes = handler(request)
+        self.bytes += len(answer)
+        return answer
+
+    # -- driver bookkeeping ------------------------------------------------------------------
+
+    def _op_hello(self, request: dict[str, Any]) -> bytes:
+        self.flag_magic = bytes.fromhex(str(request.get("flag_magic", "")))
+        return ok_answer()
+
+    def _op_source(self, request: dict[str, Any]) -> bytes:
+        source = self.sources.get(int(request.get("cell", -1)))
+        if source is None:
+            return error_answer("ValueError", "no such cell")
+        return ok_answer(source)
+
+    def _op_done(self, request: dict[str, Any]) -> bytes:
+        self.replies[int(request["cell"])] = CellReply.model_validate(request["reply"])
+        return ok_answer()
+
+    def _op_value(self, request: dict[str, Any]) -> bytes:
+        self.values[str(request["name"])] = (bool(request.get("found")), request.get("value"))
+        return ok_answer()
+
+    def _op_context(self, request: dict[str, Any]) -> bytes:
+        return protocol.encode_context(self._context())
+
+    def _op_display(self, request: dict[str, Any]) -> bytes:
+        callback = self.config.on_display
+        if callback is not None:
+            try:
+                callback(dict(request.get("data") or {}), dict(request.get("metadata") or {}))
+            except Exception as exc:
+                return error_answer("RuntimeError", f"on_display failed: {_describe(exc)}")
+        return ok_answer()
+
+    # -- waits -------------------------------------------------------------------------------
+
+    def _op_sleep(self, request: dict[str, Any]) -> bytes:
+        seconds = request.get("seconds")
+        if not isinstance(seconds, int | float) or seconds < 0:
+            return error_answer("ValueError", "sleep length must be a non-negative number")
+        until = time.monotonic() + float(seconds)
+        while (left := until - time.monotonic()) > 0:
+            interrupted = self._check_waiting()
+            if interrupted is not None:
+                return interrupted
+            time.sleep(min(left, _WAIT_SLICE_SECONDS))
+        return ok_answer()
+
+    def _check_waiting(self) -> bytes | None:
+        """While the host waits for the guest: a soft cancel answers KeyboardInterrupt; the
+        deadline or a hard cancel ends the turn."""
+        if self.hard_cancel.is_set():
+            raise StopTurn("cancelled")
+        if time.monotonic() >= self.deadline:
+            raise StopTurn("timeout")
+        if self.soft_cancel.is_set():
+            return error_answer("KeyboardInterrupt", "interrupted")
+        return None
+
+    def _wait_for(self, work: Callable[[], Any]) -> Any:
+        """Run `work` on a helper thread, waiting in slices as `_op_sleep` does."""
+        pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+        try:
+            future = pool.submit(work)
+            while True:
+                try:
+                    return future.result(timeout=_WAIT_SLICE_SECONDS)
+                except concurrent.futures.TimeoutError:
+                    interrupted = self._check_waiting()
+                    if interrupted is not None:
+                        return _Interrupted(interrupted)
+        finally:
+            pool.shutdown(wait=False, cancel_futures=True)
+
+    def _op_input(self, request: dict[str, Any]) -> bytes:
+        callback = self.config.on_input
+        if callback is None:
+            return error_answer("EOFError", "input() is not available: this session has no input")
+        prompt, password = str(request.get("prompt", "")), bool(request.get("password"))
+        return self._answer(lambda: callback(prompt, password), "input", str)
+
+    def _op_llm_query(self, request: dict[str, Any]) -> bytes:
+        callback = self.config.on_llm_query
+        if callback is None:
+            return error_answer("RuntimeError", "llm_query is not configured for this session")
+        prompt = str(request.get("prompt", ""))
+        self.usage["llm_calls"] += 1
+        return self._answer(lambda: callback(prompt), "llm_query", str)
+
+    def _op_llm_query_batched(self, request: dict[str, Any]) -> bytes:
+        callback = self.config.on_llm_query
+        if callback is None:
+            return error_answer("RuntimeError", "llm_query is not configured for this session")
+        prompts = [str(p) for p in request.get("prompts") or []]
+        self.usage["llm_calls"] += len(prompts)
+
+        def all_answers() -> list[str]:
+            workers = max(1, min(self.config.llm_concurrency, len(prompts)))
+            with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
+                return [str(a) for a in pool.map(callback, prompts)]
+
+        return self._answer(all_answers, "llm_query_batched", list)
+
+    def _op_rlm_query(self, request: dict[str, Any]) -> bytes:
+        callback = self.config.on_rlm_query
+        if callback is None:
+            return error_answer("RuntimeError", "rlm_query is not configured for this session")
+        task = str(request.get("task", ""))
+        ctx = request.get("ctx") if request.get("has_ctx") else self._context()
+        self.usage["rlm_calls"] += 1
+        return self._answer(lambda: callback(task, ctx), "rlm_query", str)
+
+    def _answer(self, work: Callable[[], Any], name: str, kind: type) -> bytes:
+        try:
+            value = self._wait_for(work)
+        except StopTurn:
+            raise
+        except Exception as exc:
+            return error_answer("RuntimeError", f"{name} failed: {_describe(exc)}")
+        if isinstance(value, _Interrupted):
+            return value.answer
+        if not isinstance(value, kind):
+            return error_answer("TypeError", f"{name} callback returned {type(value).__name__}")
+        return ok_answer(value)
+
+
+class _Interrupted:
+    def __init__(self, answer: bytes) -> None:
+        self.answer = answer
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

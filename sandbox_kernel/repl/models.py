@@ -1,0 +1,80 @@
+"""REPLConfig (how a session is set up) and CodeExecution (what one execution did).
+
+Must not import: wasmtime, sandbox_kernel.host, anything Jupyter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt
+
+from sandbox_kernel.core.policy import ExecutionPolicy
+
+__all__ = ["CodeExecution", "ExecutionStatus", "REPLConfig"]
+
+LineCallback = Callable[[str], None]
+
+
+class ExecutionStatus(StrEnum):
+    OK = "ok"
+    ERROR = "error"
+    TIMEOUT = "timeout"
+    OUT_OF_FUEL = "out_of_fuel"
+    MEMORY = "memory"
+    CANCELLED = "cancelled"
+
+
+class REPLConfig(BaseModel):
+    """A persistent session's settings. Limits not named here come from `policy`.
+
+    Callbacks run on the thread that called `execute()`; one that raises is reported to the
+    guest as an exception (bridges) or detached (streams), never allowed to kill the session.
+    """
+
+    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
+
+    policy: ExecutionPolicy = Field(default_factory=ExecutionPolicy)
+    timeout_ms: PositiveInt = 30_000
+    max_output_length: PositiveInt = 100_000  # characters kept per stream per execution
+    backend: Literal["auto", "wasm", "native"] = "auto"
+    workspace: Path | None = None  # default: the policy's mount_host_dir
+    warm_start_modules: tuple[str, ...] = ()  # imported once, kept in a reusable image
+    interrupt_grace_seconds: float = Field(default=1.0, gt=0)
+    max_bridge_calls: PositiveInt = 1_000  # door requests per execution
+    max_bridge_bytes: PositiveInt = 256 * 1024 * 1024  # request + answer bytes per execution
+    llm_concurrency: PositiveInt = 8  # llm_query_batched's parallel calls
+    on_stdout: LineCallback | None = None
+    on_stderr: LineCallback | None = None
+    on_llm_query: Callable[[str], str] | None = None
+    on_rlm_query: Callable[[str, Any], str] | None = None
+    on_input: Callable[[str, bool], str] | None = None  # (prompt, password) -> line
+    on_display: Callable[[dict[str, Any], dict[str, Any]], None] | None = None
+
+
+class CodeExecution(BaseModel):
+    """One execution's outcome. A guest failure is data here, never a host exception."""
+
+    model_config = ConfigDict(frozen=True)
+
+    status: ExecutionStatus
+    stdout: str = ""
+    stderr: str = ""
+    error: str | None = None  # "ZeroDivisionError: division by zero"; None when ok
+    ename: str | None = None
+    evalue: str | None = None
+    traceback: list[str] = Field(default_factory=list)
+    result: dict[str, Any] | None = None  # the last expression's MIME bundle
+    displays: list[dict[str, Any]] = Field(default_factory=list)  # {"data", "metadata"}
+    duration_ms: float = 0.0
+    fuel_consumed: int = 0
+    truncated: bool = False
+    rolled_back: bool = False
+    execution_count: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return self.status is ExecutionStatus.OK

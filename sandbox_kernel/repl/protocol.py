@@ -1,0 +1,124 @@
+"""The door protocol between the guest's cell driver and the host: the one place it is written.
+
+Every request the guest makes is one frame through the image's door (`_host.call(frame)` in
+the WebAssembly guest, a JSON-RPC 2.0 request over stdio in the native backend): a UTF-8 JSON
+object with an "op" and its fields. Every answer is a JSON object too: either {"ok": ...} with
+the op's value or {"error": {"type": T, "message": M}}, which the guest raises as an exception
+of that type (T in ERROR_TYPES; anything else becomes RuntimeError). A context payload is the
+one binary answer (see OP_CONTEXT).
+
+Guest -> host requests (the driver's side is sandbox_kernel/guest/driver.py):
+
+    hello      {"flag_magic": hex}         once, at session start: the 16 bytes that follow
+                                           the soft-interrupt flag byte in guest memory
+               -> {"ok": true}
+    source     {"cell": n}                 the source of the cell to run -> {"ok": "<code>"}
+    done       {"cell": n, "reply": {...}}  the cell's outcome (CellReply below) -> {"ok": true}
+    display    {"data": {mime: value}, "metadata": {...}}   a display() or a figure, live
+               -> {"ok": true}
+    sleep      {"seconds": s}              time.sleep through the host: bounded by the cell's
+                                           deadline, ended early by cancel()
+               -> {"ok": true} | {"error": {"type": "KeyboardInterrupt", ...}}
+    input      {"prompt": p, "password": bool}          -> {"ok": "<line>"} | EOFError
+    llm_query  {"prompt": p}                            -> {"ok": "<answer>"}
+    llm_query_batched  {"prompts": [p, ...]}            -> {"ok": ["<answer>", ...]}
+    rlm_query  {"task": t, "has_ctx": bool, "ctx": ...}  -> {"ok": "<answer>"}
+    context    {}                          the session's context, as a binary answer:
+                                           b"<json header>\n<payload>" with header
+                                           {"kind": "none"|"str"|"bytes"|"json", "length": n}
+    value      {"name": n, "value": ..., "found": bool}  get_variable's answer -> {"ok": true}
+
+Host -> guest: the host only ever enters the guest with a `turn` whose source is one call
+into the driver, `__sandbox_kernel__.<method>(<int or repr'd str>)`, so no user text is ever
+spliced into code.
+
+Must not import: wasmtime, anything Jupyter.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Final, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = [
+    "DRIVER_NAME",
+    "ERROR_TYPES",
+    "CellReply",
+    "ErrorInfo",
+    "decode_request",
+    "encode_context",
+    "error_answer",
+    "ok_answer",
+]
+
+DRIVER_NAME: Final = "__sandbox_kernel__"
+OP_CONTEXT: Final = "context"
+# Exception types a host answer may ask the guest to raise; anything else is RuntimeError.
+ERROR_TYPES: Final = frozenset(
+    {
+        "KeyboardInterrupt",
+        "EOFError",
+        "RuntimeError",
+        "ValueError",
+        "TypeError",
+        "TimeoutError",
+        "ConnectionError",
+        "PermissionError",
+        "MemoryError",
+    }
+)
+
+
+class ErrorInfo(BaseModel):
+    """An exception the guest's code raised (or a limit reported as one)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    ename: str
+    evalue: str
+    traceback: list[str] = Field(default_factory=list)  # lines as IPython prints them
+
+
+class CellReply(BaseModel):
+    """What the driver reports when a cell ends by itself (not by a trap)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    status: Literal["ok", "error", "cancelled"]
+    error: ErrorInfo | None = None
+    result: dict[str, Any] | None = None  # the last expression's MIME bundle
+    result_metadata: dict[str, Any] = Field(default_factory=dict)
+    displays: list[dict[str, Any]] = Field(default_factory=list)  # {"data":..., "metadata":...}
+
+
+def decode_request(frame: bytes) -> dict[str, Any]:
+    """A request frame as a dict with an "op"; ValueError for anything else."""
+    request = json.loads(frame.decode("utf-8"))
+    if not isinstance(request, dict) or not isinstance(request.get("op"), str):
+        raise ValueError("a door request is a JSON object with an 'op'")
+    return request
+
+
+def ok_answer(value: Any = True) -> bytes:
+    return json.dumps({"ok": value}, ensure_ascii=False).encode("utf-8")
+
+
+def error_answer(kind: str, message: str) -> bytes:
+    kind = kind if kind in ERROR_TYPES else "RuntimeError"
+    return json.dumps({"error": {"type": kind, "message": message}}).encode("utf-8")
+
+
+def encode_context(context: object) -> bytes:
+    """The binary answer to a context request: a JSON header line, then the payload."""
+    if context is None:
+        kind, payload = "none", b""
+    elif isinstance(context, str):
+        kind, payload = "str", context.encode("utf-8")
+    elif isinstance(context, bytes | bytearray | memoryview):
+        kind, payload = "bytes", bytes(context)
+    else:
+        kind, payload = "json", json.dumps(context, ensure_ascii=False).encode("utf-8")
+    header = json.dumps({"kind": kind, "length": len(payload)}).encode("utf-8")
+    return header + b"\n" + payload

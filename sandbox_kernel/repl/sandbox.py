@@ -1,0 +1,333 @@
+"""ReplSandbox: one persistent CPython-in-WebAssembly session that never loses its state.
+
+    initialize(context=None)   start the guest (from a warm image when one is configured),
+                               install the cell driver, bind `context`
+    execute(code)              run a cell; a CodeExecution comes back whatever happens
+    get_variable(name)         a value from the session, as plain Python
+    cancel()                   soft interrupt now (KeyboardInterrupt at the next safe point),
+                               hard stop with rollback after `interrupt_grace_seconds`
+    destroy()                  release the guest
+
+After every execution that ends by itself, the session's memory image is captured on a
+background thread (the session is idle then, so it costs the user nothing); a hard stop (fuel,
+deadline, trap, hard interrupt) restores the last image into a fresh instance, so variables
+from earlier executions survive and the result says rolled_back=True.
+
+Must not import: wasmtime (host/ does that), anything Jupyter.
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any
+
+from sandbox_kernel.core.errors import SandboxExecutionError
+from sandbox_kernel.core.results import LimitKind
+from sandbox_kernel.host.artifacts import python_image
+from sandbox_kernel.host.session import (
+    GuestSession,
+    MemoryImage,
+    SessionConfig,
+    TurnLimits,
+    TurnOutcome,
+)
+from sandbox_kernel.host.wasi_config import Preopen
+from sandbox_kernel.repl import warm
+from sandbox_kernel.repl.bridges import Bridge, LineSplitter
+from sandbox_kernel.repl.models import CodeExecution, ExecutionStatus, REPLConfig
+from sandbox_kernel.repl.protocol import DRIVER_NAME, CellReply
+from sandbox_kernel.runtimes.base import limits_from_policy
+
+__all__ = ["ReplSandbox"]
+
+_SETUP_FUEL = 50_000_000_000  # installing the driver and warm-start imports
+_SETUP_TIMEOUT_SECONDS = 300.0
+_ROLLBACK_NOTE = (
+    "the session was rolled back to its state before this execution "
+    "(files written under /app were kept)"
+)
+
+
+def driver_source() -> str:
+    return importlib.resources.files("sandbox_kernel.guest").joinpath("driver.py").read_text()
+
+
+def install_source() -> str:
+    """The turn that loads the driver as a module and installs it (the source is ours)."""
+    return (
+        "def __sandbox_kernel_boot__(source):\n"
+        "    import sys, types\n"
+        "    module = types.ModuleType('sandbox_kernel_driver')\n"
+        "    exec(compile(source, '<sandbox-kernel driver>', 'exec'), module.__dict__)\n"
+        "    sys.modules[module.__name__] = module\n"
+        "    module.install()\n"
+        f"__sandbox_kernel_boot__({driver_source()!r})\n"
+        "del __sandbox_kernel_boot__\n"
+    )
+
+
+class ReplSandbox:
+    """A persistent sandboxed Python session (the wasm backend)."""
+
+    def __init__(self, config: REPLConfig | None = None) -> None:
+        self.config = config if config is not None else REPLConfig()
+        policy = self.config.policy
+        root = self.config.workspace if self.config.workspace else policy.mount_host_dir
+        self.workspace = Path(root).expanduser().resolve()
+        self._lock = threading.RLock()
+        self._session: GuestSession | None = None
+        self._image: MemoryImage | None = None
+        self._capture: threading.Thread | None = None
+        self._scratch: tempfile.TemporaryDirectory[str] | None = None
+        self._context: object = None
+        self._count = 0
+        self._running = threading.Event()
+        self._hard_requested = False
+        self._escalation: threading.Timer | None = None
+        self._destroyed = False
+        self.rollbacks = 0
+        self.bridge = Bridge(self.config, lambda: self._context)
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def __enter__(self) -> ReplSandbox:
+        self.initialize()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.destroy()
+
+    def initialize(self, context: object = None) -> None:
+        """Start the guest (once) and bind `context` inside it."""
+        with self._lock:
+            if self._destroyed:
+                raise SandboxExecutionError("this session was destroyed")
+            if self._session is None:
+                self._start()
+            self._context = context
+            self._setup_turn(f"{DRIVER_NAME}.load_context()")
+            self._image = self._session_or_fail().capture()
+
+    def _start(self) -> None:
+        policy = self.config.policy
+        self.workspace.mkdir(parents=True, exist_ok=True)
+        self._scratch = tempfile.TemporaryDirectory(prefix="sandbox-kernel-repl-")
+        preopens = [Preopen(self.workspace, policy.guest_mount_path, writable=True)]
+        if policy.mount_data_dir is not None:
+            data = Path(policy.mount_data_dir).resolve()
+            preopens.append(Preopen(data, policy.guest_data_path, writable=False))
+        preopens.append(Preopen(Path(self._scratch.name), "/tmp", writable=True))
+        config = SessionConfig(
+            preopens=preopens,
+            env=policy.guest_env(),
+            memory_bytes=policy.memory_bytes,
+            guard=limits_from_policy(policy).guard,
+        )
+        image = python_image()
+        self._session = GuestSession(image, config, self.bridge)
+        saved = warm.load(image, driver_source(), self.config.warm_start_modules)
+        if saved is not None and len(saved.data) <= policy.memory_bytes:
+            self._session.restore(saved)
+            return
+        self._setup_turn(install_source())
+        if self.bridge.flag_magic is not None:
+            self._session.locate_flag(self.bridge.flag_magic)
+        if self.config.warm_start_modules:
+            modules = ", ".join(self.config.warm_start_modules)
+            self._setup_turn(f"import {modules}")
+            warm.save(image, driver_source(), self.config.warm_start_modules, self._session)
+
+    def _setup_turn(self, source: str) -> None:
+        """A turn of ours (driver install, context, warm imports): it must succeed."""
+        session = self._session_or_fail()
+        self.bridge.begin(_SETUP_TIMEOUT_SECONDS)
+        limits = TurnLimits(_SETUP_FUEL, _SETUP_TIMEOUT_SECONDS, 1_000_000, 1_000_000)
+        outcome = session.turn(source, limits)
+        if outcome.status != 0:
+            detail = outcome.stderr.text() or outcome.trap_message or f"status {outcome.status}"
+            raise SandboxExecutionError(f"the sandbox session could not start: {detail}")
+
+    def _session_or_fail(self) -> GuestSession:
+        if self._destroyed:
+            raise SandboxExecutionError("this session was destroyed")
+        if self._session is None:
+            raise SandboxExecutionError("the session is not initialized")
+        return self._session
+
+    def destroy(self) -> None:
+        """Release the guest and its memory; the session cannot run again."""
+        with self._lock:
+            self._join_capture()
+            if self._session is not None:
+                self._session.close()
+            self._session, self._image = None, None
+            if self._scratch is not None:
+                self._scratch.cleanup()
+                self._scratch = None
+            self._destroyed = True
+
+    # -- executions --------------------------------------------------------------------------
+
+    def execute(self, code: str) -> CodeExecution:
+        if not isinstance(code, str):
+            raise TypeError(f"code must be str, not {type(code).__name__}")
+        with self._lock:
+            if self._session is None and not self._destroyed:
+                self.initialize()
+            session = self._session_or_fail()
+            self._join_capture()
+            self._count += 1
+            number = self._count
+            self.bridge.sources[number] = code
+            outcome = self._run_cell(session, number)
+            self.bridge.sources.pop(number, None)
+            reply = self.bridge.replies.pop(number, None)
+            if outcome.trapped or reply is None:
+                return self._rolled_back(session, outcome, number)
+            self._start_capture(session)
+            return _from_reply(reply, outcome, number)
+
+    def _run_cell(self, session: GuestSession, number: int) -> TurnOutcome:
+        config, policy = self.config, self.config.policy
+        timeout = config.timeout_ms / 1000
+        out = LineSplitter(config.on_stdout) if config.on_stdout else None
+        err = LineSplitter(config.on_stderr) if config.on_stderr else None
+        limits = TurnLimits(
+            fuel=policy.fuel_budget,
+            timeout_seconds=timeout,
+            stdout_max_bytes=min(policy.stdout_max_bytes, config.max_output_length),
+            stderr_max_bytes=min(policy.stderr_max_bytes, config.max_output_length),
+            on_stdout=out.feed if out else None,
+            on_stderr=err.feed if err else None,
+        )
+        self.bridge.begin(timeout)
+        self._hard_requested = False
+        self._running.set()
+        try:
+            return session.turn(f"{DRIVER_NAME}.run_cell({number})", limits)
+        finally:
+            self._running.clear()
+            if self._escalation is not None:
+                self._escalation.cancel()
+            for splitter in (out, err):
+                if splitter is not None:
+                    splitter.flush()
+
+    def _rolled_back(
+        self, session: GuestSession, outcome: TurnOutcome, number: int
+    ) -> CodeExecution:
+        status, reason = self._hard_status(outcome)
+        if self._image is not None:
+            session.restore(self._image)
+            self.rollbacks += 1
+        evalue = f"{reason}; {_ROLLBACK_NOTE}"
+        ename = "KeyboardInterrupt" if status is ExecutionStatus.CANCELLED else "SandboxLimitError"
+        return CodeExecution(
+            status=status,
+            stdout=outcome.stdout.text(),
+            stderr=outcome.stderr.text(),
+            error=f"{ename}: {evalue}",
+            ename=ename,
+            evalue=evalue,
+            duration_ms=outcome.duration_ms,
+            fuel_consumed=outcome.fuel_consumed,
+            truncated=outcome.stdout.truncated or outcome.stderr.truncated,
+            rolled_back=self._image is not None,
+            execution_count=number,
+        )
+
+    def _hard_status(self, outcome: TurnOutcome) -> tuple[ExecutionStatus, str]:
+        policy, config = self.config.policy, self.config
+        if self._hard_requested or outcome.stopped_by == "cancelled":
+            return ExecutionStatus.CANCELLED, "interrupted (the cell did not stop by itself)"
+        if outcome.limit is LimitKind.FUEL:
+            return (
+                ExecutionStatus.OUT_OF_FUEL,
+                f"out of fuel after {policy.fuel_budget:,} instructions",
+            )
+        if outcome.limit is LimitKind.TIMEOUT:
+            return ExecutionStatus.TIMEOUT, f"timed out after {config.timeout_ms / 1000:g} s"
+        session = self._session
+        if session is not None and session.memory_bytes() > policy.memory_bytes - (1 << 20):
+            return ExecutionStatus.MEMORY, f"out of memory ({policy.memory_bytes:,} bytes)"
+        if outcome.trapped:
+            return ExecutionStatus.ERROR, f"the guest crashed ({outcome.trap_message})"
+        return ExecutionStatus.ERROR, "the cell driver stopped answering"
+
+    # -- images ------------------------------------------------------------------------------
+
+    def _start_capture(self, session: GuestSession) -> None:
+        def capture() -> None:
+            self._image = session.capture()
+
+        self._capture = threading.Thread(target=capture, name="sandbox-kernel-capture")
+        self._capture.daemon = True
+        self._capture.start()
+
+    def _join_capture(self) -> None:
+        if self._capture is not None:
+            self._capture.join()
+            self._capture = None
+
+    # -- interrupt ---------------------------------------------------------------------------
+
+    def cancel(self) -> bool:
+        """Interrupt the running execution: soft now, hard after the grace period. False when
+        nothing runs (a cancel while idle does nothing)."""
+        session = self._session
+        if session is None or not self._running.is_set():
+            return False
+        number = self._count
+        self.bridge.soft_cancel.set()
+        session.soft_interrupt()
+
+        def escalate() -> None:
+            if self._running.is_set() and self._count == number:
+                self._hard_requested = True
+                self.bridge.hard_cancel.set()
+                session.hard_stop()
+
+        timer = threading.Timer(self.config.interrupt_grace_seconds, escalate)
+        timer.daemon = True
+        self._escalation = timer
+        timer.start()
+        return True
+
+    # -- variables ---------------------------------------------------------------------------
+
+    def get_variable(self, name: str) -> Any:
+        """The variable's value as plain Python (JSON-able; DataFrames as records), or None."""
+        if not isinstance(name, str) or not name.isidentifier():
+            raise ValueError(f"not a variable name: {name!r}")
+        with self._lock:
+            if self._session is None:
+                self.initialize()
+            self._join_capture()
+            self._setup_turn(f"{DRIVER_NAME}.get_variable({name!r})")
+            found, value = self.bridge.values.pop(name, (False, None))
+            return value if found else None
+
+
+def _from_reply(reply: CellReply, outcome: TurnOutcome, number: int) -> CodeExecution:
+    error = reply.error
+    status = ExecutionStatus(reply.status)
+    if error is not None and error.ename == "MemoryError":
+        status = ExecutionStatus.MEMORY
+    return CodeExecution(
+        status=status,
+        stdout=outcome.stdout.text(),
+        stderr=outcome.stderr.text(),
+        error=f"{error.ename}: {error.evalue}" if error else None,
+        ename=error.ename if error else None,
+        evalue=error.evalue if error else None,
+        traceback=list(error.traceback) if error else [],
+        result=reply.result,
+        displays=list(reply.displays),
+        duration_ms=outcome.duration_ms,
+        fuel_consumed=outcome.fuel_consumed,
+        truncated=outcome.stdout.truncated or outcome.stderr.truncated,
+        execution_count=number,
+    )

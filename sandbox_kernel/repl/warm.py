@@ -1,0 +1,75 @@
+"""Warm-start images: a session's memory with the driver installed and modules imported, saved
+once on disk so later sessions start with `import pandas` already paid for.
+
+An image is keyed by the guest binary's digest, the driver's source and the module list, so
+any change to one of them makes a new image. Files live in the private cache folder (0700),
+written atomically; a damaged or foreign file is ignored, never trusted.
+
+Must not import: wasmtime, anything Jupyter.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from sandbox_kernel.host.artifacts import PythonImage
+from sandbox_kernel.host.engine import cache_dir
+from sandbox_kernel.host.session import GuestSession, MemoryImage
+
+__all__ = ["load", "save"]
+
+
+def _paths(image: PythonImage, driver: str, modules: tuple[str, ...]) -> tuple[Path, Path]:
+    material = json.dumps(
+        [image.binary_sha256, hashlib.sha256(driver.encode()).hexdigest(), modules]
+    )
+    key = hashlib.sha256(material.encode()).hexdigest()[:32]
+    folder = cache_dir() / "warm"
+    return folder / f"{key}.mem", folder / f"{key}.json"
+
+
+def load(image: PythonImage, driver: str, modules: tuple[str, ...]) -> MemoryImage | None:
+    """The saved image for these modules, or None (none saved, or not ours, or damaged)."""
+    if not modules:
+        return None
+    data_path, meta_path = _paths(image, driver, modules)
+    try:
+        meta = json.loads(meta_path.read_text())
+        if data_path.stat().st_uid != os.getuid() or data_path.is_symlink():
+            return None
+        data = data_path.read_bytes()
+    except (OSError, ValueError):
+        return None
+    if hashlib.sha256(data).hexdigest() != meta.get("sha256"):
+        return None
+    flag = meta.get("flag_address")
+    return MemoryImage(data, flag if isinstance(flag, int) else None)
+
+
+def save(image: PythonImage, driver: str, modules: tuple[str, ...], session: GuestSession) -> None:
+    """Save the idle session's memory as the warm image for these modules."""
+    captured = session.capture()
+    data_path, meta_path = _paths(image, driver, modules)
+    data_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    meta = {
+        "sha256": hashlib.sha256(captured.data).hexdigest(),
+        "flag_address": captured.flag_address,
+        "modules": list(modules),
+    }
+    _write(data_path, captured.data)
+    _write(meta_path, json.dumps(meta).encode())
+
+
+def _write(target: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-")
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
