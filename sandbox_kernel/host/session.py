@@ -105,7 +105,7 @@ class TurnOutcome:
 class MemoryImage:
     """The guest's linear memory at a moment it was idle."""
 
-    data: bytes
+    data: bytes | bytearray
     flag_address: int | None  # the soft-interrupt flag byte, where the driver put it
 
 
@@ -289,11 +289,19 @@ class GuestSession:
         size = self.memory_bytes()
         return ctypes.string_at(self._base, size)
 
-    def capture(self) -> MemoryImage:
-        """The memory image, taken while no turn runs."""
+    def capture(self, reuse: MemoryImage | None = None) -> MemoryImage:
+        """The memory image, taken while no turn runs. Copying into `reuse`'s buffer (an image
+        no longer needed) when it has the right size avoids a fresh allocation's page faults:
+        about 6 ms instead of 40 for 66 MB."""
         if self._in_turn.is_set():
             raise RuntimeError("capture() while a turn runs")
-        return MemoryImage(self._read_memory(), self.flag_address)
+        size = self.memory_bytes()
+        spare = reuse.data if reuse is not None else None
+        buffer = spare if isinstance(spare, bytearray) and len(spare) == size else bytearray(size)
+        target = (ctypes.c_char * size).from_buffer(buffer)
+        ctypes.memmove(target, self._base, size)
+        del target  # release the export, so the buffer may be resized or freed later
+        return MemoryImage(buffer, self.flag_address)
 
     def restore(self, image: MemoryImage) -> None:
         """Replace the guest with a fresh instance holding `image`."""
@@ -304,5 +312,11 @@ class GuestSession:
         if grow > 0:
             memory.grow(store, grow)
         self._base = self._memory_base()  # growth may move a dynamic memory
-        ctypes.memmove(self._base, image.data, len(image.data))
+        source = image.data
+        if isinstance(source, bytearray):
+            view = (ctypes.c_char * len(source)).from_buffer(source)
+            ctypes.memmove(self._base, view, len(source))
+            del view
+        else:
+            ctypes.memmove(self._base, source, len(source))
         self.flag_address = image.flag_address

@@ -80,6 +80,7 @@ class ReplSandbox:
         self._lock = threading.RLock()
         self._session: GuestSession | None = None
         self._image: MemoryImage | None = None
+        self._spare: MemoryImage | None = None  # an old image whose buffer capture reuses
         self._capture: threading.Thread | None = None
         self._scratch: tempfile.TemporaryDirectory[str] | None = None
         self._context: object = None
@@ -163,7 +164,7 @@ class ReplSandbox:
             self._join_capture()
             if self._session is not None:
                 self._session.close()
-            self._session, self._image = None, None
+            self._session, self._image, self._spare = None, None, None
             if self._scratch is not None:
                 self._scratch.cleanup()
                 self._scratch = None
@@ -260,8 +261,12 @@ class ReplSandbox:
     # -- images ------------------------------------------------------------------------------
 
     def _start_capture(self, session: GuestSession) -> None:
+        previous = self._image
+
         def capture() -> None:
-            self._image = session.capture()
+            # The image before the last cell is no longer needed: its buffer is reused.
+            self._image = session.capture(reuse=self._spare)
+            self._spare = previous
 
         self._capture = threading.Thread(target=capture, name="sandbox-kernel-capture")
         self._capture.daemon = True

@@ -64,7 +64,7 @@ def save(image: PythonImage, driver: str, modules: tuple[str, ...], session: Gue
     _write(meta_path, json.dumps(meta).encode())
 
 
-def _write(target: Path, data: bytes) -> None:
+def _write(target: Path, data: bytes | bytearray) -> None:
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-")
     try:
         with os.fdopen(fd, "wb") as out:
