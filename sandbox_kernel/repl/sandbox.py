@@ -169,6 +169,8 @@ class ReplSandbox:
                 self._scratch.cleanup()
                 self._scratch = None
             self._destroyed = True
+            self.bridge.replies.clear()
+            self.bridge.values.clear()
 
     # -- executions --------------------------------------------------------------------------
 

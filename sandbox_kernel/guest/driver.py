@@ -1,0 +1,776 @@
+"""The cell driver: the guest side of the door protocol (sandbox_kernel/repl/protocol.py).
+
+Runs INSIDE the sandbox's CPython. The host execs this source into a fresh module named
+"sandbox_kernel_driver" and calls `install()`, which binds a `Driver` in `__main__` (and in
+builtins) as `__sandbox_kernel__`; from then on the host enters the guest only with one-call
+turns such as `__sandbox_kernel__.run_cell(3)`. Unit tests run it under host CPython 3.11, so
+it uses no newer syntax.
+
+What cells see: `context` in __main__; display, input, llm_query, llm_query_batched,
+rlm_query, chunk_text and search_context in builtins; time.sleep and getpass.getpass go
+through the door.
+
+Soft interrupt: byte 0 of a 17-byte bytearray is the flag; the other 16 bytes are a random
+pattern sent in `hello`, by which the host finds the flag in linear memory and sets it. Loops
+in cell code and every door helper check it and raise KeyboardInterrupt.
+
+Must import only the standard library at module level (numpy, pandas and matplotlib are found
+in sys.modules when an object could come from them); never imports sandbox_kernel.
+"""
+
+from __future__ import annotations
+
+import ast
+import base64
+import builtins
+import contextlib
+import datetime
+import io
+import json
+import linecache
+import math
+import operator
+import os
+import pprint
+import re
+import sys
+import time
+import tokenize
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+__all__ = [
+    "DRIVER_NAME",
+    "FLAG_NAME",
+    "Driver",
+    "chunk_text",
+    "format_bundle",
+    "install",
+    "plain_text",
+    "to_plain",
+]
+
+DRIVER_NAME = "__sandbox_kernel__"  # protocol.DRIVER_NAME
+FLAG_NAME = "__sandbox_kernel_flag__"
+MAX_DEPTH = 20  # to_plain: deeper containers become a marker string
+MAX_ITEMS = 100_000  # to_plain: elements converted before the rest is cut with a marker
+# The exceptions a host answer may name (protocol.ERROR_TYPES); anything else is RuntimeError.
+_ERRORS: dict[str, type[BaseException]] = {
+    kind.__name__: kind
+    for kind in (
+        KeyboardInterrupt,
+        EOFError,
+        RuntimeError,
+        ValueError,
+        TypeError,
+        TimeoutError,
+        ConnectionError,
+        PermissionError,
+        MemoryError,
+    )
+}
+_RICH_REPRS = (
+    ("_repr_html_", "text/html"),
+    ("_repr_markdown_", "text/markdown"),
+    ("_repr_svg_", "image/svg+xml"),
+    ("_repr_png_", "image/png"),
+    ("_repr_jpeg_", "image/jpeg"),
+    ("_repr_latex_", "text/latex"),
+    ("_repr_json_", "application/json"),
+)
+_CHECK_SOURCE = f"if {FLAG_NAME}[0]: {DRIVER_NAME}.interrupted()"
+# Tokens that can follow a cell's last statement without being part of it.
+_TRIVIA = {tokenize.NEWLINE, tokenize.NL, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT}
+_LONGEST_SLEEP_SECONDS = 9.2e9  # what fits time.sleep's int64 nanoseconds
+_MISSING = object()
+_NO_CTX = object()
+
+
+def install(door: Callable[[bytes], bytes] | None = None, main_module: Any = None) -> Driver:
+    """Create the session's driver, bind it and its helpers, say hello to the host.
+
+    `door` defaults to the guest's `_host.call`; `main_module` to sys.modules["__main__"].
+    A driver already bound in that module is uninstalled first, so patches never stack.
+    """
+    if door is None:
+        import _host  # the WebAssembly guest's builtin door module
+
+        door = _host.call
+    main = sys.modules["__main__"] if main_module is None else main_module
+    previous = vars(main).get(DRIVER_NAME)
+    if callable(getattr(previous, "uninstall", None)):
+        previous.uninstall()
+    driver = Driver(door, main)
+    driver.bind()
+    with memoryview(driver.flag) as view:  # hex of the pattern without copying its bytes
+        magic = view[1:].hex()
+    driver.request("hello", flag_magic=magic)
+    return driver
+
+
+def _new_flag() -> bytearray:
+    flag = bytearray(17)
+    flag[1:] = os.urandom(16)
+    for i in range(1, 17):
+        flag[i] ^= 0xA5  # in place, so the final pattern lives in this bytearray only
+    return flag
+
+
+class Driver:
+    """One session's driver: runs cells, answers the host's calls, holds the interrupt flag."""
+
+    def __init__(self, door: Callable[[bytes], bytes], main_module: Any) -> None:
+        self.door = door
+        self.main = main_module
+        self.flag = _new_flag()  # never resized: the host holds its address
+        self.displays: list[dict[str, Any]] = []  # the running cell's, in order
+        self._undo: list[Callable[[], None]] = []
+
+    # -- the door ------------------------------------------------------------------------
+
+    def request(self, op: str, **fields: Any) -> Any:
+        """Send one request through the door and return the answer's value, or raise its error."""
+        return self._unwrap(op, _loads(self._send(op, fields)))
+
+    def _send(self, op: str, fields: dict[str, Any]) -> bytes:
+        message = {"op": op, **fields}
+        frame = json.dumps(message, ensure_ascii=False, default=_not_jsonable).encode("utf-8")
+        try:
+            return self.door(frame)
+        except ConnectionRefusedError as exc:
+            raise RuntimeError(f"no sandbox host is bound to answer {op}") from exc
+        except OSError as exc:
+            raise RuntimeError(f"the sandbox host failed to answer {op}") from exc
+
+    @staticmethod
+    def _unwrap(op: str, answer: Any) -> Any:
+        if isinstance(answer, dict):
+            if "ok" in answer:
+                return answer["ok"]
+            error = answer.get("error")
+            if isinstance(error, dict):
+                kind = _ERRORS.get(str(error.get("type")), RuntimeError)
+                raise kind(str(error.get("message", "")))
+        raise RuntimeError(f"the sandbox host sent a malformed answer to {op}")
+
+    def _bridge(self, op: str, **fields: Any) -> Any:
+        """A request from user code: a safe point for the soft interrupt before and after."""
+        self.check_interrupt()
+        value = self.request(op, **fields)
+        self.check_interrupt()
+        return value
+
+    # -- interrupt -----------------------------------------------------------------------
+
+    def check_interrupt(self) -> None:
+        """Raise KeyboardInterrupt (once) if the host has asked for a soft interrupt."""
+        if self.flag[0]:
+            self.interrupted()
+
+    def interrupted(self) -> None:
+        """Clear the flag and raise KeyboardInterrupt (called by the checks put in cell loops)."""
+        self.flag[0] = 0
+        raise KeyboardInterrupt
+
+    # -- cells ---------------------------------------------------------------------------
+
+    def run_cell(self, n: int) -> None:
+        """Run cell `n` (its source comes from the host) and report the outcome with `done`."""
+        self.flag[0] = 0
+        self.displays = []
+        status, error, value = "ok", None, None
+        result: dict[str, Any] | None = None
+        metadata: dict[str, Any] = {}
+        try:
+            value = self._execute(n)
+            if value is not None:
+                result, metadata = format_bundle(value)
+        except KeyboardInterrupt as exc:
+            status, error = "cancelled", self._error(exc)
+        except BaseException as exc:  # whatever the cell raised, SystemExit too, is its outcome
+            status, error = "error", self._error(exc)
+        self._flush_figures(shown=value)
+        _flush_streams()
+        reply = {"status": status, "error": error, "result": result}
+        reply.update(result_metadata=metadata, displays=self.displays)
+        self.request("done", cell=n, reply=reply)
+
+    def _execute(self, n: int) -> Any:
+        """Run the cell in __main__; the value of its last expression (None if it has none)."""
+        source = self.request("source", cell=n)
+        if not isinstance(source, str):
+            raise RuntimeError("the sandbox host sent a cell source that is not a str")
+        filename = f"<cell-{n}>"
+        lines = io.StringIO(source).readlines()  # split as the compiler counts lines
+        linecache.cache[filename] = (len(source), None, lines, filename)
+        tree = _LoopChecks().visit(ast.parse(source, filename))
+        last = None
+        if (
+            tree.body
+            and isinstance(tree.body[-1], ast.Expr)
+            and not _ends_with_semicolon(lines, tree.body[-1])
+        ):
+            last = compile(ast.Expression(body=tree.body.pop().value), filename, "eval")
+        namespace = vars(self.main)
+        exec(compile(tree, filename, "exec"), namespace)
+        if last is None:
+            return None
+        value = eval(last, namespace)
+        if value is not None:
+            namespace["_"] = value
+        return value
+
+    def _error(self, exc: BaseException) -> dict[str, Any]:
+        """The error reply for `exc`, its traceback cut to the user's own frames."""
+        if isinstance(exc, SyntaxError) and exc.text is None and exc.filename and exc.lineno:
+            # Compiling an AST gives no source line; the cell's is in linecache.
+            exc.text = linecache.getline(exc.filename, exc.lineno) or None
+        try:
+            report = traceback.TracebackException.from_exception(exc)
+            _prune(report, _OWN_FILE)
+            lines = "".join(report.format()).splitlines()
+        except Exception as failure:  # an unformattable traceback must not lose the reply
+            lines = [f"{type(exc).__name__}: (no traceback: {_describe(failure)})"]
+        return {"ename": type(exc).__name__, "evalue": _safe_str(exc), "traceback": lines}
+
+    def _flush_figures(self, shown: object) -> None:
+        """Show and close pyplot's open figures, as the inline backend does after a cell."""
+        pyplot = sys.modules.get("matplotlib.pyplot")
+        if pyplot is None:
+            return
+        try:
+            for number in pyplot.get_fignums():
+                figure = pyplot.figure(number)
+                if figure is not shown:  # already the cell's result
+                    png = base64.b64encode(_figure_png(figure)).decode("ascii")
+                    data = {"image/png": png, "text/plain": plain_text(figure)}
+                    self._send_display({"data": data, "metadata": {}})
+        except Exception as exc:  # a figure that cannot be drawn is reported, the reply still goes
+            print(f"could not show a matplotlib figure: {_describe(exc)}", file=sys.stderr)
+        finally:
+            try:
+                pyplot.close("all")
+            except Exception as exc:  # as above
+                print(f"could not close matplotlib figures: {_describe(exc)}", file=sys.stderr)
+
+    # -- calls from the host -------------------------------------------------------------
+
+    def load_context(self) -> None:
+        """Fetch the session's context (a binary answer) and bind it as `context` in __main__."""
+        raw = self._send("context", {})
+        end = raw.find(b"\n")
+        header = _loads(raw[:end] if end >= 0 else raw)
+        if not isinstance(header, dict) or "kind" not in header or end < 0:
+            self._unwrap("context", header)  # raises the host's error, if that is what came
+            raise RuntimeError("the sandbox host sent a malformed answer to context")
+        payload = memoryview(raw)[end + 1 :]  # a view: a large context is not copied again
+        if header.get("length") != len(payload):
+            raise RuntimeError("the sandbox host sent a context of the wrong length")
+        kind = header["kind"]
+        if kind == "none":
+            value: Any = None
+        elif kind == "str":
+            value = str(payload, "utf-8")
+        elif kind == "bytes":
+            value = bytes(payload)
+        elif kind == "json":
+            value = json.loads(str(payload, "utf-8"))
+        else:
+            raise RuntimeError(f"the sandbox host sent a context of unknown kind {kind!r}")
+        self.main.context = value
+
+    def get_variable(self, name: str) -> None:
+        """Send `name`'s value in __main__, as plain JSON data (see to_plain), to the host."""
+        namespace = vars(self.main)
+        found = isinstance(name, str) and name in namespace
+        value = to_plain(namespace[name]) if found else None
+        self.request("value", name=name, found=found, value=value)
+
+    # -- what cells call -----------------------------------------------------------------
+
+    def display(
+        self, *objs: Any, raw: bool = False, metadata: dict[str, Any] | None = None
+    ) -> None:
+        """Show each object below the cell now, as Jupyter's display() does.
+
+        raw=True: each object is already a MIME bundle, {mime type: data}.
+        """
+        if metadata is not None and not isinstance(metadata, dict):
+            raise TypeError(f"display() metadata must be a dict, not {type(metadata).__name__}")
+        for obj in objs:
+            if not raw:
+                data, extra = format_bundle(obj)
+            elif isinstance(obj, dict):
+                data, extra = {}, {}
+                for mime, value in obj.items():
+                    _put(data, str(mime), value)
+            else:
+                raise TypeError(
+                    f"display(raw=True) takes MIME bundle dicts, not {type(obj).__name__}"
+                )
+            self._send_display({"data": data, "metadata": {**extra, **(metadata or {})}})
+
+    def _send_display(self, message: dict[str, Any]) -> None:
+        self._bridge("display", **message)
+        self.displays.append(message)
+
+    def input(self, prompt: object = "") -> str:
+        """Read a line from the user (the notebook's input box), as the builtin input() does."""
+        _flush_streams()
+        return self._bridge("input", prompt=str(prompt), password=False)
+
+    def getpass(self, prompt: str = "Password: ", stream: object = None) -> str:
+        """Read a line from the user without echoing it, as getpass.getpass() does."""
+        _flush_streams()
+        return self._bridge("input", prompt=str(prompt), password=True)
+
+    def sleep(self, seconds: float) -> None:
+        """time.sleep through the host: bounded by the cell's deadline, ended by interrupts."""
+        if isinstance(seconds, float):
+            value = seconds
+        else:
+            try:
+                value = float(operator.index(seconds))
+            except TypeError:
+                name = type(seconds).__name__
+                raise TypeError(f"'{name}' object cannot be interpreted as an integer") from None
+        if math.isnan(value):
+            raise ValueError("Invalid value NaN (not a number)")
+        if value < 0:
+            raise ValueError("sleep length must be non-negative")
+        if value > _LONGEST_SLEEP_SECONDS:
+            raise OverflowError("sleep length is too large")
+        if value == 0:  # a yield, nothing to wait for: spare the host a request
+            self.check_interrupt()
+            return
+        self._bridge("sleep", seconds=value)
+
+    def llm_query(self, prompt: str) -> str:
+        """Ask the session's language model one question; its answer."""
+        _need_str("llm_query", "prompt", prompt)
+        return self._bridge("llm_query", prompt=prompt)
+
+    def llm_query_batched(self, prompts: list[str]) -> list[str]:
+        """Ask the language model several independent questions at once; answers in order."""
+        if not isinstance(prompts, list | tuple):
+            raise TypeError(
+                f"llm_query_batched() takes a list of str, not {type(prompts).__name__}"
+            )
+        for i, prompt in enumerate(prompts):
+            _need_str("llm_query_batched", f"prompts[{i}]", prompt)
+        if not prompts:
+            return []
+        return self._bridge("llm_query_batched", prompts=list(prompts))
+
+    def rlm_query(self, task: str, ctx: Any = _NO_CTX) -> str:
+        """Hand `task` (and, optionally, a JSON-able `ctx`) to a recursive language-model run."""
+        _need_str("rlm_query", "task", task)
+        if ctx is _NO_CTX:
+            return self._bridge("rlm_query", task=task, has_ctx=False, ctx=None)
+        return self._bridge("rlm_query", task=task, has_ctx=True, ctx=ctx)
+
+    def search_context(
+        self,
+        pattern: str,
+        window: int = 200,
+        *,
+        ignore_case: bool = True,
+        max_matches: int = 100,
+        text: Any = None,
+    ) -> list[dict[str, Any]]:
+        """Find a regular expression in `text` (default: `context`), with text around each match.
+
+        Each match is {"start", "end", "match", "text"}: offsets of the match and the text from
+        `window` characters before it to `window` after. Patterns use re.MULTILINE, and
+        re.IGNORECASE unless ignore_case=False. A str is searched as is; a list of str element by
+        element (matches then carry the element's "index"); bytes as UTF-8 (bad bytes replaced);
+        anything else, such as a dict, as its JSON text.
+        """
+        _need_str("search_context", "pattern", pattern)
+        for name, number in (("window", window), ("max_matches", max_matches)):
+            _need_int("search_context", name, number)
+            if number < 0:
+                raise ValueError(f"search_context() {name} must be >= 0, not {number}")
+        flags = re.MULTILINE | (re.IGNORECASE if ignore_case else 0)
+        try:
+            regex = re.compile(pattern, flags)
+        except re.error as exc:
+            raise ValueError(
+                f"search_context(): bad regular expression {pattern!r}: {exc}"
+            ) from exc
+        source = getattr(self.main, "context", None) if text is None else text
+        if source is None:
+            raise ValueError("search_context(): there is no context; pass text=...")
+        found: list[dict[str, Any]] = []
+        for index, haystack in _haystacks(source):
+            for match in regex.finditer(haystack):
+                if len(found) >= max_matches:
+                    return found
+                start, end = match.span()
+                hit = {"start": start, "end": end, "match": match.group()}
+                hit["text"] = haystack[max(0, start - window) : end + window]
+                if index is not None:
+                    hit["index"] = index
+                found.append(hit)
+        return found
+
+    # -- install -------------------------------------------------------------------------
+
+    def bind(self) -> None:
+        """Put the driver and the helpers where cells find them; uninstall() undoes it all."""
+        helpers = {
+            DRIVER_NAME: self,  # also here, so a cell that rebinds the name keeps loops working
+            FLAG_NAME: self.flag,
+            "display": self.display,
+            "input": self.input,
+            "llm_query": self.llm_query,
+            "llm_query_batched": self.llm_query_batched,
+            "rlm_query": self.rlm_query,
+            "chunk_text": chunk_text,
+            "search_context": self.search_context,
+        }
+        for name, value in helpers.items():
+            self._patch(builtins, name, value)
+        self._patch(self.main, DRIVER_NAME, self)
+        if "context" not in vars(self.main):
+            self._patch(self.main, "context", None)
+        self._patch(time, "sleep", self.sleep)
+        try:
+            import getpass
+        except ImportError:  # an image without it: nothing to patch
+            pass
+        else:
+            self._patch(getpass, "getpass", self.getpass)
+        backend = os.environ.get("MPLBACKEND")
+        os.environ["MPLBACKEND"] = "Agg"  # before any cell imports matplotlib
+        self._undo.append(lambda: _restore_env("MPLBACKEND", backend))
+        for stream in (sys.stdout, sys.stderr):  # so output streams while a cell runs
+            try:
+                buffered = stream.line_buffering
+                stream.reconfigure(line_buffering=True)
+            except Exception:  # a stream that is not a TextIOWrapper stays as it is
+                continue
+            self._undo.append(lambda s=stream, b=buffered: s.reconfigure(line_buffering=b))
+
+    def uninstall(self) -> None:
+        """Undo bind(): builtins, __main__, time.sleep, getpass, MPLBACKEND, stdout/stderr."""
+        while self._undo:
+            self._undo.pop()()
+
+    def _patch(self, target: Any, name: str, value: Any) -> None:
+        old = vars(target).get(name, _MISSING)
+        setattr(target, name, value)
+        self._undo.append(lambda: _restore(target, name, old))
+
+
+def _restore(target: Any, name: str, old: Any) -> None:
+    if old is _MISSING:
+        vars(target).pop(name, None)
+    else:
+        setattr(target, name, old)
+
+
+def _restore_env(name: str, old: str | None) -> None:
+    if old is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = old
+
+
+class _LoopChecks(ast.NodeTransformer):
+    """Puts a soft-interrupt check first in the body of every loop of a cell."""
+
+    def _check(self, node: ast.For | ast.AsyncFor | ast.While) -> ast.AST:
+        self.generic_visit(node)
+        check = ast.parse(_CHECK_SOURCE).body[0]
+        for part in ast.walk(check):  # the loop's own first line, so tracebacks name user lines
+            ast.copy_location(part, node.body[0])
+        node.body.insert(0, check)
+        return node
+
+    visit_For = visit_AsyncFor = visit_While = _check
+
+
+def _ends_with_semicolon(lines: list[str], node: ast.stmt) -> bool:
+    """Whether a ';' follows the cell's last statement (IPython's "do not show the value")."""
+    end_line = node.end_lineno or node.lineno
+    tail = lines[end_line - 1].encode("utf-8")[node.end_col_offset :].decode("utf-8")
+    rest = tail + "".join(lines[end_line:])  # only ';', comments and blank lines remain
+    last = None
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(rest).readline):
+            if token.type not in _TRIVIA and token.type != tokenize.ENDMARKER:
+                last = token
+    except (tokenize.TokenError, SyntaxError):
+        return False
+    return last is not None and last.string == ";"
+
+
+def _prune(report: traceback.TracebackException, own_file: str) -> None:
+    """Keep the user's frames: from the first cell frame on (none if there is no cell frame),
+    minus the driver's frames and what they called (json, ...) until code of a cell runs again."""
+    pending: list[Any] = [report]
+    seen: set[int] = set()
+    while pending:
+        item = pending.pop()
+        if item is None or id(item) in seen:
+            continue
+        seen.add(id(item))
+        frames = list(item.stack)
+        cells = (i for i, f in enumerate(frames) if f.filename.startswith("<cell-"))
+        first = next(cells, len(frames))
+        kept, in_driver = [], False
+        for frame in frames[first:]:
+            if frame.filename == own_file or frame.filename.startswith("<cell-"):
+                in_driver = frame.filename == own_file
+            if not in_driver:
+                kept.append(frame)
+        item.stack[:] = kept
+        pending += [item.__cause__, item.__context__, *(getattr(item, "exceptions", None) or ())]
+
+
+def _flush_streams() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        # A stream the cell closed or replaced has nothing left to flush.
+        with contextlib.suppress(Exception):
+            stream.flush()
+
+
+# -- MIME bundles --------------------------------------------------------------------------
+
+
+def format_bundle(obj: object) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The MIME bundle (data, metadata) Jupyter shows for `obj`, built as IPython builds it.
+
+    Rich reprs are looked up on the type. `_repr_mimebundle_` wins for the types it gives; a
+    rich repr that raises or returns None is skipped; bytes are base64'd; text/plain is always
+    there; a matplotlib Figure gives image/png.
+    """
+    data: dict[str, Any] = {}
+    metadata: dict[str, Any] = {}
+    bundle = _call_repr(obj, "_repr_mimebundle_", include=None, exclude=None)
+    if isinstance(bundle, tuple) and len(bundle) == 2:
+        bundle, extra = bundle
+        metadata.update(extra if isinstance(extra, dict) else {})
+    for mime, value in (bundle if isinstance(bundle, dict) else {}).items():
+        _put(data, str(mime), value)
+    for method, mime in _RICH_REPRS:
+        if mime not in data:
+            value = _call_repr(obj, method)
+            if isinstance(value, tuple) and len(value) == 2:
+                value, metadata[mime] = value
+            _put(data, mime, value)
+    figures = sys.modules.get("matplotlib.figure")
+    if "image/png" not in data and figures is not None and isinstance(obj, figures.Figure):
+        try:
+            _put(data, "image/png", _figure_png(obj))
+        except Exception as exc:  # shown as text only, with the reason on stderr
+            print(f"could not draw the figure: {_describe(exc)}", file=sys.stderr)
+    data.setdefault("text/plain", plain_text(obj))
+    return data, metadata if _is_jsonable(metadata) else {}
+
+
+def plain_text(obj: object) -> str:
+    """repr(obj), pretty-printed for containers; a description if repr itself fails."""
+    try:
+        text = repr(obj)
+        if isinstance(obj, dict | list | tuple | set | frozenset) and 80 < len(text) < 100_000:
+            text = pprint.pformat(obj, sort_dicts=False)
+        return text
+    except Exception as exc:
+        return f"<{type(obj).__name__} object (repr failed: {_describe(exc)})>"
+
+
+def _call_repr(obj: object, name: str, **kwargs: Any) -> Any:
+    """Call the rich repr `name` as defined on obj's type (never an instance attribute)."""
+    for klass in type(obj).__mro__:
+        if name in vars(klass):
+            attr = vars(klass)[name]
+            break
+    else:
+        return None
+    try:
+        getter = getattr(type(attr), "__get__", None)
+        method = getter(attr, obj, type(obj)) if getter is not None else attr
+        return method(**kwargs)
+    except Exception:  # a broken rich repr is skipped, as IPython does
+        return None
+
+
+def _put(data: dict[str, Any], mime: str, value: Any) -> None:
+    """Add one rich repr's value; None (no repr) and what JSON cannot carry are left out."""
+    if value is None:
+        return
+    if isinstance(value, bytes | bytearray | memoryview):
+        value = base64.b64encode(value).decode("ascii")
+    if isinstance(value, str) or (mime.endswith("json") and _is_jsonable(value)):
+        data[mime] = value
+
+
+def _figure_png(figure: Any) -> bytes:
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", bbox_inches="tight")
+    return buffer.getvalue()
+
+
+# -- plain data ----------------------------------------------------------------------------
+
+
+def to_plain(obj: object, max_depth: int = MAX_DEPTH, max_items: int = MAX_ITEMS) -> Any:
+    """`obj` as JSON data: what get_variable sends the host.
+
+    None, bool, int, str as they are; floats, with nan and inf as None; bytes as
+    {"__bytes__": base64}; list, tuple, set as lists; dicts with str keys (others repr'd);
+    dates and times as ISO text; numpy scalars and arrays, pandas Series and DataFrames (as
+    records) by their values; anything else as its repr. Past `max_depth` levels a container
+    becomes "<too deep>"; past `max_items` elements the rest becomes one "<truncated...>" marker.
+    """
+    return _Plain(max_items).convert(obj, max_depth)
+
+
+class _Plain:
+    """One conversion's state: how many elements may still be converted."""
+
+    def __init__(self, max_items: int) -> None:
+        self.left = max_items
+        self.marker = f"<truncated: more than {max_items} items>"
+
+    def convert(self, obj: Any, depth: int) -> Any:
+        if obj is None or isinstance(obj, bool | int | str):
+            return obj
+        if isinstance(obj, float):
+            return obj if math.isfinite(obj) else None
+        if isinstance(obj, bytes | bytearray | memoryview):
+            return {"__bytes__": base64.b64encode(obj).decode("ascii")}
+        if isinstance(obj, datetime.date | datetime.time):
+            return obj.isoformat()
+        if depth <= 0:
+            return "<too deep>"
+        if isinstance(obj, dict):
+            return self._dict(obj, depth - 1)
+        if isinstance(obj, list | tuple | set | frozenset):
+            return self._list(obj, depth - 1)
+        return self._foreign(obj, depth)
+
+    def _list(self, items: Any, depth: int) -> list[Any]:
+        out = []
+        for item in items:
+            if self.left <= 0:
+                out.append(self.marker)
+                break
+            self.left -= 1
+            out.append(self.convert(item, depth))
+        return out
+
+    def _dict(self, items: dict[Any, Any], depth: int) -> dict[str, Any]:
+        out = {}
+        for key, item in items.items():
+            if self.left <= 0:
+                out["<truncated>"] = self.marker
+                break
+            self.left -= 1
+            out[key if isinstance(key, str) else plain_text(key)] = self.convert(item, depth)
+        return out
+
+    def _foreign(self, obj: Any, depth: int) -> Any:
+        """numpy and pandas objects (only if those modules are loaded); repr for the rest."""
+        numpy, pandas = sys.modules.get("numpy"), sys.modules.get("pandas")
+        room = self.left + 1  # one more than fits, so the marker shows
+        if numpy is not None and isinstance(obj, numpy.generic):
+            return self.convert(obj.item(), depth)
+        if numpy is not None and isinstance(obj, numpy.ndarray):
+            if obj.ndim == 0:
+                return self.convert(obj.item(), depth)
+            per_row = max(1, obj.size // max(1, len(obj)))
+            return self._list(obj[: room // per_row + 1].tolist(), depth - 1)
+        if pandas is not None and isinstance(obj, pandas.DataFrame):
+            rows = obj.head(room // max(1, len(obj.columns)) + 1)
+            return self._list(rows.to_dict(orient="records"), depth - 1)
+        if pandas is not None and isinstance(obj, pandas.Series):
+            return self._list(obj.head(room).tolist(), depth - 1)
+        return plain_text(obj)
+
+
+# -- helpers for cells ---------------------------------------------------------------------
+
+
+def chunk_text(text: str, size: int = 4000, overlap: int = 200) -> list[str]:
+    """Cut `text` into windows of `size` characters, each sharing `overlap` with the previous.
+
+    Chunk i starts at i * (size - overlap); the last one may be shorter and ends the text.
+    """
+    _need_str("chunk_text", "text", text)
+    _need_int("chunk_text", "size", size)
+    _need_int("chunk_text", "overlap", overlap)
+    if size <= 0:
+        raise ValueError(f"chunk_text() size must be > 0, not {size}")
+    if not 0 <= overlap < size:
+        raise ValueError(
+            f"chunk_text() needs 0 <= overlap < size, got overlap={overlap}, size={size}"
+        )
+    chunks = []
+    for start in range(0, len(text), size - overlap):
+        chunks.append(text[start : start + size])
+        if start + size >= len(text):
+            break
+    return chunks
+
+
+def _haystacks(source: Any) -> list[tuple[int | None, str]]:
+    if isinstance(source, str):
+        return [(None, source)]
+    if isinstance(source, list) and all(isinstance(item, str) for item in source):
+        return list(enumerate(source))
+    if isinstance(source, bytes | bytearray):
+        return [(None, source.decode("utf-8", "replace"))]
+    return [(None, json.dumps(source, ensure_ascii=False, default=str))]
+
+
+def _need_str(function: str, name: str, value: object) -> None:
+    if not isinstance(value, str):
+        raise TypeError(f"{function}() {name} must be a str, not {type(value).__name__}")
+
+
+def _need_int(function: str, name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{function}() {name} must be an int, not {type(value).__name__}")
+
+
+def _not_jsonable(obj: object) -> Any:
+    """json.dumps' fallback: say clearly what cannot go to the host, and what can."""
+    hint = " (decode it first, e.g. data.decode())" if isinstance(obj, bytes | bytearray) else ""
+    raise TypeError(
+        f"cannot send an object of type {type(obj).__name__} to the host{hint}: only JSON data "
+        "goes through (str, int, float, bool, None, and lists and dicts of them)"
+    )
+
+
+def _is_jsonable(value: Any) -> bool:
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def _loads(raw: bytes) -> Any:
+    try:
+        return json.loads(raw)
+    except ValueError:  # shown as a malformed answer by the caller
+        return None
+
+
+def _safe_str(exc: BaseException) -> str:
+    try:
+        return str(exc)
+    except Exception:  # an exception whose __str__ fails still gets reported
+        return f"<unprintable {type(exc).__name__}>"
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {_safe_str(exc)}"
+
+
+# This file's name as the host compiled it: its frames are cut from user tracebacks.
+_OWN_FILE = _describe.__code__.co_filename
