@@ -1,7 +1,8 @@
 """sandbox-kernel: run untrusted Python (and JavaScript) in a resource-limited WebAssembly sandbox.
 
-The public surface is `__all__`; everything else is internal and may change. The persistent
-REPL session (ReplSandbox) and the Jupyter kernel build on the same host layer.
+The public surface is `__all__`; everything else is internal and may change. One-shot
+sandboxes (PythonSandbox, JavaScriptSandbox) and the persistent REPL session (ReplSandbox)
+share the same host layer; the Jupyter kernel builds on ReplSandbox.
 """
 
 from __future__ import annotations
@@ -23,6 +24,13 @@ from sandbox_kernel.core import (
     SecurityEventKind,
     load_policy,
 )
+from sandbox_kernel.repl import (
+    CodeExecution,
+    ExecutionStatus,
+    REPLConfig,
+    ReplSandbox,
+    create_repl,
+)
 from sandbox_kernel.runtimes import BaseSandbox, JavaScriptSandbox, PythonSandbox, create_sandbox
 
 __version__ = "0.1.0"
@@ -32,13 +40,17 @@ logging.getLogger("sandbox_kernel").addHandler(logging.NullHandler())
 
 __all__ = [
     "BaseSandbox",
+    "CodeExecution",
     "ExecutionPolicy",
+    "ExecutionStatus",
     "GuestImageCorrupt",
     "GuestImageNotFound",
     "JavaScriptSandbox",
     "LimitKind",
     "PolicyValidationError",
     "PythonSandbox",
+    "REPLConfig",
+    "ReplSandbox",
     "RuntimeType",
     "SandboxBusyError",
     "SandboxError",
@@ -46,6 +58,7 @@ __all__ = [
     "SandboxLogger",
     "SandboxResult",
     "SecurityEventKind",
+    "create_repl",
     "create_sandbox",
     "load_policy",
 ]
