@@ -287,6 +287,18 @@ class Driver:
         value = to_plain(namespace[name]) if found else None
         self.request("value", name=name, found=found, value=value)
 
+    def complete(self, code: str, cursor_pos: int) -> None:
+        """Send Jupyter's complete_reply content for `code` at `cursor_pos` to the host."""
+        introspect = sys.modules["sandbox_kernel_introspect"]
+        reply = introspect.complete(vars(self.main), code, cursor_pos)
+        self.request("value", name="__complete__", found=True, value=reply)
+
+    def inspect(self, code: str, cursor_pos: int, detail: int = 0) -> None:
+        """Send Jupyter's inspect_reply content for the name at `cursor_pos` to the host."""
+        introspect = sys.modules["sandbox_kernel_introspect"]
+        reply = introspect.inspect_object(vars(self.main), code, cursor_pos, detail)
+        self.request("value", name="__inspect__", found=True, value=to_plain(reply))
+
     # -- what cells call -----------------------------------------------------------------
 
     def display(

@@ -51,20 +51,33 @@ _ROLLBACK_NOTE = (
 )
 
 
+# The guest modules, in load order: (module name in the guest, file in sandbox_kernel/guest).
+GUEST_MODULES = (
+    ("sandbox_kernel_introspect", "introspect.py"),
+    ("sandbox_kernel_driver", "driver.py"),
+)
+
+
 def driver_source() -> str:
-    return importlib.resources.files("sandbox_kernel.guest").joinpath("driver.py").read_text()
+    """All guest sources, for keys that must change when any of them does."""
+    files = importlib.resources.files("sandbox_kernel.guest")
+    return "\n".join(files.joinpath(name).read_text() for _, name in GUEST_MODULES)
 
 
 def install_source() -> str:
-    """The turn that loads the driver as a module and installs it (the source is ours)."""
+    """The turn that loads the guest modules and installs the driver (the sources are ours)."""
+    files = importlib.resources.files("sandbox_kernel.guest")
+    sources = {module: files.joinpath(name).read_text() for module, name in GUEST_MODULES}
     return (
-        "def __sandbox_kernel_boot__(source):\n"
+        "def __sandbox_kernel_boot__(sources):\n"
         "    import sys, types\n"
-        "    module = types.ModuleType('sandbox_kernel_driver')\n"
-        "    exec(compile(source, '<sandbox-kernel driver>', 'exec'), module.__dict__)\n"
-        "    sys.modules[module.__name__] = module\n"
-        "    module.install()\n"
-        f"__sandbox_kernel_boot__({driver_source()!r})\n"
+        "    for name, source in sources.items():\n"
+        "        module = types.ModuleType(name)\n"
+        "        code = compile(source, f'<sandbox-kernel {name}>', 'exec')\n"
+        "        exec(code, module.__dict__)\n"
+        "        sys.modules[name] = module\n"
+        "    sys.modules['sandbox_kernel_driver'].install()\n"
+        f"__sandbox_kernel_boot__({sources!r})\n"
         "del __sandbox_kernel_boot__\n"
     )
 
@@ -304,6 +317,24 @@ class ReplSandbox:
         return True
 
     # -- variables ---------------------------------------------------------------------------
+
+    def complete(self, code: str, cursor_pos: int) -> dict[str, Any]:
+        """Jupyter complete_reply content, computed in the guest."""
+        return self._ask("__complete__", f"{DRIVER_NAME}.complete({code!r}, {int(cursor_pos)})")
+
+    def inspect(self, code: str, cursor_pos: int, detail_level: int = 0) -> dict[str, Any]:
+        """Jupyter inspect_reply content (signature and docstring), computed in the guest."""
+        call = f"{DRIVER_NAME}.inspect({code!r}, {int(cursor_pos)}, {int(detail_level)})"
+        return self._ask("__inspect__", call)
+
+    def _ask(self, key: str, call: str) -> dict[str, Any]:
+        with self._lock:
+            if self._session is None:
+                self.initialize()
+            self._join_capture()
+            self._setup_turn(call)
+            found, value = self.bridge.values.pop(key, (False, None))
+            return dict(value) if found and isinstance(value, dict) else {}
 
     def get_variable(self, name: str) -> Any:
         """The variable's value as plain Python (JSON-able; DataFrames as records), or None."""
