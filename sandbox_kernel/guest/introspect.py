@@ -8,6 +8,7 @@ library is imported. Runs under host CPython too, for unit tests.
 from __future__ import annotations
 
 import builtins
+import contextlib
 import inspect as _inspect
 import keyword
 import os
@@ -79,7 +80,7 @@ def _complete_import(found: re.Match[str], cursor_pos: int) -> dict[str, Any]:
 
 def _modules(prefix: str) -> list[str]:
     if "." in prefix:
-        package, _, tail = prefix.rpartition(".")
+        package = prefix.rpartition(".")[0]
         try:
             path = __import__(package, fromlist=["*"]).__path__
         except Exception:
@@ -127,10 +128,8 @@ def inspect_object(namespace: dict[str, Any], code: str, cursor_pos: int, detail
     except Exception:
         return {"status": "ok", "found": False, "data": {}, "metadata": {}}
     lines = [f"Type:      {type(obj).__name__}"]
-    try:
+    with contextlib.suppress(TypeError, ValueError):  # no signature: builtins, classes
         lines.append(f"Signature: {name}{_inspect.signature(obj)}")
-    except (TypeError, ValueError):
-        pass
     if not callable(obj) or isinstance(obj, type):
         text = repr(obj)
         lines.append(f"Value:     {text[:500]}")
@@ -138,8 +137,7 @@ def inspect_object(namespace: dict[str, Any], code: str, cursor_pos: int, detail
     if doc:
         lines.append(f"Docstring:\n{doc}")
     if detail >= 1:
-        try:
+        with contextlib.suppress(OSError, TypeError):  # no source: C code, the zip
             lines.append(f"Source:\n{_inspect.getsource(obj)}")
-        except (OSError, TypeError):
-            pass
-    return {"status": "ok", "found": True, "data": {"text/plain": "\n".join(lines)}, "metadata": {}}
+    data = {"text/plain": "\n".join(lines)}
+    return {"status": "ok", "found": True, "data": data, "metadata": {}}
