@@ -3,6 +3,8 @@
     sandbox-kernel warm                 compile the guest images into the cache (progress bar)
     sandbox-kernel run FILE|-  [--js]   run code once in a fresh sandbox; the result as JSON
     sandbox-kernel info                 versions, image digests, cache folder
+    sandbox-kernel install [--user|--sys-prefix|--prefix P] [--name N]
+                                        install the `sandbox-python` Jupyter kernel spec
 
 Exit status: 0 on success, 1 when the guest's code failed, 2 on bad usage or a broken install.
 
@@ -94,6 +96,16 @@ def _info(args: argparse.Namespace) -> int:
     return 0
 
 
+def _install(args: argparse.Namespace) -> int:
+    from sandbox_kernel.kernel.install import install_kernel_spec
+
+    target = install_kernel_spec(
+        user=args.user, prefix=args.prefix, sys_prefix=args.sys_prefix, name=args.name
+    )
+    print(f"installed kernel spec {args.name!r} in {target}")
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sandbox-kernel", description=_DESCRIPTION)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -108,6 +120,13 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--timeout", type=float, default=None, help="wall-clock seconds")
     run.set_defaults(func=_run)
     sub.add_parser("info", help="versions, image digests, cache folder").set_defaults(func=_info)
+    install = sub.add_parser("install", help="install the sandbox-python Jupyter kernel spec")
+    where = install.add_mutually_exclusive_group()
+    where.add_argument("--user", action="store_true", help="for this user only")
+    where.add_argument("--sys-prefix", action="store_true", help="into this environment")
+    where.add_argument("--prefix", default=None, help="under this prefix")
+    install.add_argument("--name", default="sandbox-python", help="the kernel spec's name")
+    install.set_defaults(func=_install)
     return parser
 
 

@@ -12,6 +12,7 @@ Must not import: wasmtime, anything Jupyter.
 from __future__ import annotations
 
 import concurrent.futures
+import contextvars
 import threading
 import time
 from collections.abc import Callable
@@ -157,7 +158,8 @@ class Bridge:
         """Run `work` on a helper thread, waiting in slices as `_op_sleep` does."""
         pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
         try:
-            future = pool.submit(work)
+            # The callback sees the caller's context variables (Jupyter's parent message).
+            future = pool.submit(contextvars.copy_context().run, work)
             while True:
                 try:
                     return future.result(timeout=_WAIT_SLICE_SECONDS)

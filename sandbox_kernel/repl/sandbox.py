@@ -103,6 +103,7 @@ class ReplSandbox:
         self._escalation: threading.Timer | None = None
         self._destroyed = False
         self.rollbacks = 0
+        self._totals = {"executions": 0, "fuel_consumed": 0, "duration_ms": 0.0}
         self.bridge = Bridge(self.config, lambda: self._context)
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -199,6 +200,9 @@ class ReplSandbox:
             number = self._count
             self.bridge.sources[number] = code
             outcome = self._run_cell(session, number)
+            self._totals["executions"] += 1
+            self._totals["fuel_consumed"] += outcome.fuel_consumed
+            self._totals["duration_ms"] += outcome.duration_ms
             self.bridge.sources.pop(number, None)
             reply = self.bridge.replies.pop(number, None)
             if outcome.trapped or reply is None:
@@ -315,6 +319,16 @@ class ReplSandbox:
         self._escalation = timer
         timer.start()
         return True
+
+    def usage(self) -> dict[str, Any]:
+        """What the session has used so far: executions, fuel, time, memory, its image."""
+        session = self._session
+        return {
+            **self._totals,
+            "memory_bytes": session.memory_bytes() if session is not None else 0,
+            "image": python_image().binary.name,
+            "rollbacks": self.rollbacks,
+        }
 
     # -- variables ---------------------------------------------------------------------------
 

@@ -1,0 +1,61 @@
+"""Install the `sandbox-python` kernel spec: `sandbox-kernel install [--user|--sys-prefix|
+--prefix P] [--name N]`.
+
+The spec is kernelspec/kernel.json with its argv pointed at this Python, plus the logos.
+
+Must not import: ipykernel (jupyter_client's KernelSpecManager is enough).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+from jupyter_client.kernelspec import KernelSpecManager
+
+from sandbox_kernel.kernel import KERNEL_NAME
+
+__all__ = ["install_kernel_spec", "kernel_spec"]
+
+_SPEC_DIR = Path(__file__).resolve().parents[2] / "kernelspec"
+_DEFAULT_SPEC = {
+    "display_name": "Python 3.15 (sandboxed, WebAssembly)",
+    "language": "python",
+    "interrupt_mode": "signal",
+    "metadata": {"debugger": False},
+}
+
+
+def kernel_spec(name: str = KERNEL_NAME) -> dict[str, object]:
+    """kernel.json's content for this interpreter."""
+    source = _SPEC_DIR / "kernel.json"
+    spec = json.loads(source.read_text()) if source.is_file() else dict(_DEFAULT_SPEC)
+    spec["argv"] = [sys.executable, "-m", "sandbox_kernel", "-f", "{connection_file}"]
+    if name != KERNEL_NAME:
+        spec["display_name"] = f"{spec['display_name']} [{name}]"
+    return spec
+
+
+def install_kernel_spec(
+    *,
+    user: bool = False,
+    prefix: str | None = None,
+    sys_prefix: bool = False,
+    name: str = KERNEL_NAME,
+) -> Path:
+    """Install the spec and return the folder it went to."""
+    if sys_prefix:
+        prefix = sys.prefix
+    with tempfile.TemporaryDirectory() as folder:
+        staging = Path(folder)
+        (staging / "kernel.json").write_text(json.dumps(kernel_spec(name), indent=2))
+        for logo in ("logo-32x32.png", "logo-64x64.png"):
+            if (_SPEC_DIR / logo).is_file():
+                shutil.copy(_SPEC_DIR / logo, staging / logo)
+        target = KernelSpecManager().install_kernel_spec(
+            str(staging), kernel_name=name, user=user, prefix=prefix
+        )
+    return Path(target)

@@ -1,0 +1,127 @@
+"""Kernel magics (handled on the host, never by the guest), is_complete and history.
+
+    %policy                  show the session's limits
+    %policy KEY=VALUE ...    change a limit for this session (fuel_budget, timeout_seconds,
+                             stdout_max_bytes, stderr_max_bytes)
+    %context PATH            load a workspace file as `context` (text, or bytes if not UTF-8)
+    %sandbox                 fuel, memory and time used, the image, rollbacks
+    %who                     the session's variables
+
+Must not import: ipykernel (the kernel passes itself in).
+"""
+
+from __future__ import annotations
+
+import codeop
+import json
+import shlex
+from typing import TYPE_CHECKING, Any
+
+from sandbox_kernel.core.errors import PolicyValidationError
+
+if TYPE_CHECKING:
+    from sandbox_kernel.kernel.kernel import SandboxKernel
+
+__all__ = ["handle", "history", "is_complete"]
+
+_SESSION_SETTABLE = ("fuel_budget", "timeout_seconds", "stdout_max_bytes", "stderr_max_bytes")
+_WHO = (
+    "print(' '.join(sorted(n for n, v in globals().items() if not n.startswith('_') "
+    "and n not in ('In', 'Out', 'exit', 'quit', 'context') "
+    "and type(v).__name__ not in ('module', 'function', 'builtin_function_or_method', "
+    "'type')) or ['(no variables)']))"
+)
+
+
+def handle(kernel: SandboxKernel, code: str) -> str | None:
+    """The text a magic cell prints, or None when `code` is not a kernel magic."""
+    stripped = code.strip()
+    if not stripped.startswith("%") or "\n" in stripped:
+        return None
+    name, _, rest = stripped[1:].partition(" ")
+    handler = _MAGICS.get(name)
+    if handler is None:
+        return None
+    try:
+        return handler(kernel, rest.strip())
+    except (PolicyValidationError, ValueError, OSError) as exc:
+        return f"%{name}: {exc}\n"
+
+
+def _policy(kernel: SandboxKernel, args: str) -> str:
+    repl = kernel.repl
+    if args:
+        changes: dict[str, Any] = {}
+        for item in shlex.split(args):
+            key, sep, value = item.partition("=")
+            if not sep or key not in _SESSION_SETTABLE:
+                allowed = ", ".join(_SESSION_SETTABLE)
+                raise ValueError(f"use KEY=VALUE with KEY one of {allowed}")
+            changes[key] = float(value) if key == "timeout_seconds" else int(value)
+        policy = repl.config.policy.with_overrides(**changes)
+        timeout_ms = int(policy.timeout_seconds * 1000)
+        repl.config = repl.config.model_copy(update={"policy": policy, "timeout_ms": timeout_ms})
+        repl.bridge.config = repl.config
+    snapshot = repl.config.policy.snapshot()
+    return "".join(f"{key}: {value}\n" for key, value in snapshot.items())
+
+
+def _context(kernel: SandboxKernel, args: str) -> str:
+    if not args:
+        raise ValueError("usage: %context PATH (a file under the workspace)")
+    root = kernel.settings.workspace.resolve()
+    path = (root / args.removeprefix(kernel.repl.config.policy.guest_mount_path + "/")).resolve()
+    if not path.is_relative_to(root) or not path.is_file():
+        raise ValueError(f"{args} is not a file in the workspace")
+    raw = path.read_bytes()
+    try:
+        value: str | bytes = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        value = raw
+    kernel.repl.initialize(context=value)
+    return f"context: {len(value):,} {'characters' if isinstance(value, str) else 'bytes'}\n"
+
+
+def _sandbox(kernel: SandboxKernel, args: str) -> str:
+    repl = kernel.repl
+    usage = repl.usage()
+    lines = [
+        f"image: {usage['image']}",
+        f"executions: {usage['executions']}  rollbacks: {repl.rollbacks}",
+        f"fuel used: {usage['fuel_consumed']:,}  time: {usage['duration_ms'] / 1000:.2f} s",
+        f"memory: {usage['memory_bytes']:,} of {repl.config.policy.memory_bytes:,} bytes",
+        f"bridge calls: {json.dumps(repl.bridge.usage)}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _who(kernel: SandboxKernel, args: str) -> str:
+    """Listed by the guest itself; its print reaches the client as the cell's stream."""
+    execution = kernel.repl.execute(_WHO)
+    return "" if execution.ok else f"%who failed: {execution.error}\n"
+
+
+_MAGICS = {"policy": _policy, "context": _context, "sandbox": _sandbox, "who": _who}
+
+
+def is_complete(code: str) -> dict[str, Any]:
+    """Jupyter's is_complete_reply, judged with the host's parser (magics are complete)."""
+    if code.strip().startswith("%"):
+        return {"status": "complete"}
+    try:
+        compiled = codeop.compile_command(code, "<cell>", "exec")
+    except (SyntaxError, ValueError, OverflowError):
+        return {"status": "invalid"}
+    if compiled is None:
+        return {"status": "incomplete", "indent": "    " if code.rstrip().endswith(":") else ""}
+    return {"status": "complete"}
+
+
+def history(
+    entries: list[tuple[int, int, str]], access: str, n: int | None
+) -> list[tuple[int, int, str]]:
+    """(session, line, source) entries of this kernel's executions, newest last. Kept in
+    memory, never read back from the run log: that file sits in the guest's workspace."""
+    if access == "tail" and n:
+        return entries[-n:]
+    return list(entries)

@@ -1,0 +1,75 @@
+"""Jupyter message contents built from the REPL's models: the one place they are written.
+
+    stream          {"name": "stdout" | "stderr", "text": ...}
+    display_data    {"data": {...}, "metadata": {...}, "transient": {}}
+    execute_result  {"execution_count": n, "data": {...}, "metadata": {}}
+    error           {"ename", "evalue", "traceback"}      (iopub, and merged into the reply)
+    execute_reply   {"status", "execution_count", "user_expressions", "payload"} (+ error)
+
+Must not import: ipykernel (contents are plain dicts; the kernel sends them).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sandbox_kernel.repl.models import CodeExecution, ExecutionStatus
+
+__all__ = [
+    "display_content",
+    "error_content",
+    "execute_reply",
+    "execute_result_content",
+    "limit_note",
+    "stream_content",
+]
+
+
+def stream_content(name: str, text: str) -> dict[str, Any]:
+    return {"name": name, "text": text}
+
+
+def display_content(data: dict[str, Any], metadata: dict[str, Any] | None) -> dict[str, Any]:
+    return {"data": data, "metadata": metadata or {}, "transient": {}}
+
+
+def execute_result_content(count: int, data: dict[str, Any]) -> dict[str, Any]:
+    return {"execution_count": count, "data": data, "metadata": {}}
+
+
+def limit_note(execution: CodeExecution) -> str | None:
+    """A sentence for limits the guest's own traceback cannot say (cut output, rollback)."""
+    if execution.truncated and execution.status is ExecutionStatus.OK:
+        return "[sandbox] output was cut at the policy's cap; the session was kept\n"
+    return None
+
+
+def error_content(execution: CodeExecution) -> dict[str, Any] | None:
+    """The error message for a failed execution, None when it succeeded."""
+    if execution.status is ExecutionStatus.OK:
+        return None
+    ename = execution.ename or execution.status.value
+    evalue = execution.evalue or execution.error or ""
+    traceback = list(execution.traceback) or [f"{ename}: {evalue}"]
+    if execution.status is not ExecutionStatus.ERROR and not execution.rolled_back:
+        state = "the session was kept"
+        traceback.append(f"[sandbox] {execution.status.value}: {state}")
+    return {"ename": ename, "evalue": evalue, "traceback": traceback}
+
+
+def execute_reply(
+    execution: CodeExecution | None,
+    count: int,
+    user_expressions: dict[str, Any] | None = None,
+    error: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The execute_reply content; `error` (from error_content) makes it an error reply."""
+    reply: dict[str, Any] = {
+        "status": "ok" if error is None else "error",
+        "execution_count": count,
+        "user_expressions": user_expressions or {},
+        "payload": [],
+    }
+    if error is not None:
+        reply.update(error)
+    return reply

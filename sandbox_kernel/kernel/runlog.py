@@ -1,0 +1,63 @@
+"""The run log: one JSON line per execution, in the workspace, for a person to audit later.
+
+Each line: time, execution count, the code, status, the limit hit (if any), fuel, duration,
+output bytes, files changed, rolled back or not. Written by the host (the guest cannot reach
+it: it lives under a hidden folder the host owns, written with O_NOFOLLOW).
+
+Must not import: anything Jupyter.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import threading
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from sandbox_kernel.repl.models import CodeExecution
+
+__all__ = ["RunLog"]
+
+
+class RunLog:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+
+    def record(self, code: str, execution: CodeExecution, **extra: Any) -> None:
+        entry = {
+            "ts": datetime.now(UTC).isoformat(timespec="milliseconds"),
+            "execution_count": execution.execution_count,
+            "code": code,
+            "status": execution.status.value,
+            "error": execution.error,
+            "fuel_consumed": execution.fuel_consumed,
+            "duration_ms": round(execution.duration_ms, 3),
+            "stdout_bytes": len(execution.stdout.encode()),
+            "stderr_bytes": len(execution.stderr.encode()),
+            "truncated": execution.truncated,
+            "rolled_back": execution.rolled_back,
+            **extra,
+        }
+        line = json.dumps(entry, ensure_ascii=False, default=str) + "\n"
+        with self._lock:
+            self._append(line.encode("utf-8"))
+
+    def _append(self, data: bytes) -> None:
+        """Append through a folder opened without following links: the log's folder is in
+        the guest's workspace, so the guest could have replaced it with a link."""
+        folder = self.path.parent
+        with contextlib.suppress(FileExistsError):  # a file or a link there: refused below
+            folder.mkdir(parents=True, exist_ok=True)
+        nofollow = getattr(os, "O_NOFOLLOW", 0)
+        dir_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | nofollow)
+        try:
+            flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | nofollow
+            fd = os.open(self.path.name, flags, 0o600, dir_fd=dir_fd)
+            with os.fdopen(fd, "ab") as out:
+                out.write(data)
+        finally:
+            os.close(dir_fd)

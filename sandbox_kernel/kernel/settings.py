@@ -1,0 +1,90 @@
+"""The kernel's configuration, read in one place: file < environment < explicit argument.
+
+    SANDBOX_KERNEL_POLICY     a policy TOML; default config/policy.toml beside the notebook,
+                              else ~/.config/sandbox-kernel/policy.toml, else built-in defaults
+    SANDBOX_KERNEL_WORKSPACE  the host folder mounted at /app; default ./workspace (Jupyter
+                              starts a kernel in the notebook's folder)
+
+The kernel's defaults suit notebooks (importing pandas within the fuel budget, room for
+DataFrames, numpy and pandas pre-imported); the library keeps the seeds' defaults.
+
+Must not import: anything from ipykernel (this module is plain configuration).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict
+
+from sandbox_kernel.core.policy import ExecutionPolicy, load_policy
+from sandbox_kernel.repl.models import REPLConfig
+
+__all__ = ["NOTEBOOK_DEFAULTS", "KernelSettings"]
+
+# Where a policy file sets nothing, the kernel uses these instead of the library's defaults.
+NOTEBOOK_DEFAULTS: dict[str, object] = {
+    "fuel_budget": 100_000_000_000,
+    "memory_bytes": 1_000_000_000,
+    "timeout_seconds": 600.0,
+}
+WARM_MODULES = ("numpy", "pandas")
+
+
+class KernelSettings(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    policy: ExecutionPolicy
+    policy_source: Path | None
+    workspace: Path
+    warm_start_modules: tuple[str, ...] = WARM_MODULES
+
+    @classmethod
+    def from_environment(
+        cls, environ: Mapping[str, str] | None = None, cwd: Path | None = None
+    ) -> KernelSettings:
+        env = os.environ if environ is None else environ
+        here = cwd if cwd is not None else Path.cwd()
+        source = _policy_file(env, here)
+        policy = _notebook_policy(source)
+        workspace = Path(env.get("SANDBOX_KERNEL_WORKSPACE") or here / "workspace")
+        policy = policy.with_overrides(mount_host_dir=workspace.expanduser().resolve())
+        return cls(policy=policy, policy_source=source, workspace=policy.mount_host_dir)
+
+    def repl_config(self, **callbacks: object) -> REPLConfig:
+        return REPLConfig(
+            policy=self.policy,
+            workspace=self.workspace,
+            timeout_ms=int(self.policy.timeout_seconds * 1000),
+            max_output_length=self.policy.stdout_max_bytes,
+            warm_start_modules=self.warm_start_modules,
+            **callbacks,  # type: ignore[arg-type]
+        )
+
+
+def _policy_file(env: Mapping[str, str], here: Path) -> Path | None:
+    explicit = env.get("SANDBOX_KERNEL_POLICY")
+    if explicit:
+        return Path(explicit).expanduser()  # load_policy: a missing file gives the defaults
+    xdg = env.get("XDG_CONFIG_HOME")
+    user = (Path(xdg) if xdg else Path.home() / ".config") / "sandbox-kernel" / "policy.toml"
+    for candidate in (here / "config" / "policy.toml", user):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _notebook_policy(source: Path | None) -> ExecutionPolicy:
+    """The file's policy, with the notebook defaults for every limit the file does not set."""
+    if source is None or not source.is_file():
+        return ExecutionPolicy(**NOTEBOOK_DEFAULTS)
+    from_file = load_policy(source)
+    library = ExecutionPolicy()
+    changes = {
+        key: value
+        for key, value in NOTEBOOK_DEFAULTS.items()
+        if getattr(from_file, key) == getattr(library, key)
+    }
+    return from_file.with_overrides(**changes)
