@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 from sandbox_kernel.repl.models import CodeExecution, ExecutionStatus, REPLConfig
+from sandbox_kernel.repl.native import NativeReplSandbox
 from sandbox_kernel.repl.sandbox import ReplSandbox
 
 __all__ = ["CodeExecution", "ExecutionStatus", "REPLConfig", "ReplSandbox", "create_repl"]
 
 
-def create_repl(config: REPLConfig | None = None) -> ReplSandbox:
-    """A session for `config` ("auto" and "wasm" are the sandboxed WebAssembly backend)."""
+def create_repl(config: REPLConfig | None = None) -> ReplSandbox | NativeReplSandbox:
+    """A session for `config` ("auto" and "wasm" are the sandboxed WebAssembly backend;
+    "native" is NativeReplSandbox, a plain CPython subprocess with NO sandbox)."""
     config = config if config is not None else REPLConfig()
     if config.backend == "native":
-        raise NotImplementedError("the native backend is not available yet")
+        return NativeReplSandbox(config)
     return ReplSandbox(config)

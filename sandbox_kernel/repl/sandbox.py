@@ -38,7 +38,8 @@ from sandbox_kernel.host.wasi_config import Preopen
 from sandbox_kernel.repl import warm
 from sandbox_kernel.repl.bridges import Bridge, LineSplitter
 from sandbox_kernel.repl.models import CodeExecution, ExecutionStatus, REPLConfig
-from sandbox_kernel.repl.protocol import DRIVER_NAME, CellReply
+from sandbox_kernel.repl.protocol import DRIVER_NAME
+from sandbox_kernel.repl.results import execution_from_reply, stopped_execution
 from sandbox_kernel.runtimes.base import limits_from_policy
 
 __all__ = ["ReplSandbox"]
@@ -208,7 +209,7 @@ class ReplSandbox:
             if outcome.trapped or reply is None:
                 return self._rolled_back(session, outcome, number)
             self._start_capture(session)
-            return _from_reply(reply, outcome, number)
+            return execution_from_reply(reply, outcome, number)
 
     def _run_cell(self, session: GuestSession, number: int) -> TurnOutcome:
         config, policy = self.config, self.config.policy
@@ -245,19 +246,8 @@ class ReplSandbox:
             self.rollbacks += 1
         evalue = f"{reason}; {_ROLLBACK_NOTE}"
         ename = "KeyboardInterrupt" if status is ExecutionStatus.CANCELLED else "SandboxLimitError"
-        return CodeExecution(
-            status=status,
-            stdout=outcome.stdout.text(),
-            stderr=outcome.stderr.text(),
-            error=f"{ename}: {evalue}",
-            ename=ename,
-            evalue=evalue,
-            duration_ms=outcome.duration_ms,
-            fuel_consumed=outcome.fuel_consumed,
-            truncated=outcome.stdout.truncated or outcome.stderr.truncated,
-            rolled_back=self._image is not None,
-            execution_count=number,
-        )
+        rolled_back = self._image is not None
+        return stopped_execution(status, ename, evalue, outcome, number, rolled_back)
 
     def _hard_status(self, outcome: TurnOutcome) -> tuple[ExecutionStatus, str]:
         policy, config = self.config.policy, self.config
@@ -361,25 +351,3 @@ class ReplSandbox:
             self._setup_turn(f"{DRIVER_NAME}.get_variable({name!r})")
             found, value = self.bridge.values.pop(name, (False, None))
             return value if found else None
-
-
-def _from_reply(reply: CellReply, outcome: TurnOutcome, number: int) -> CodeExecution:
-    error = reply.error
-    status = ExecutionStatus(reply.status)
-    if error is not None and error.ename == "MemoryError":
-        status = ExecutionStatus.MEMORY
-    return CodeExecution(
-        status=status,
-        stdout=outcome.stdout.text(),
-        stderr=outcome.stderr.text(),
-        error=f"{error.ename}: {error.evalue}" if error else None,
-        ename=error.ename if error else None,
-        evalue=error.evalue if error else None,
-        traceback=list(error.traceback) if error else [],
-        result=reply.result,
-        displays=list(reply.displays),
-        duration_ms=outcome.duration_ms,
-        fuel_consumed=outcome.fuel_consumed,
-        truncated=outcome.stdout.truncated or outcome.stderr.truncated,
-        execution_count=number,
-    )

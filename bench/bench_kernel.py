@@ -1,0 +1,100 @@
+"""The kernel as clients feel it: sandbox-python against ipykernel's python3, same run.
+
+    start        launch to kernel_info_reply (warm compile cache and warm image)   goal <= 1.5x
+    round trip   execute_request to execute_reply of a trivial cell, median        goal <= 1.2x
+    interrupt    interrupt_request during `while True: pass` to the reply         goal <= 2x
+
+Both kernels are started by jupyter_client with the same connection settings, from a
+temporary folder (the sandbox kernel's workspace lives there).
+Usage: .venv/bin/python bench/bench_kernel.py [ROUNDS]
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from typing import Any
+
+from jupyter_client.manager import KernelManager
+
+KERNELS = ("python3", "sandbox-python")
+
+
+def start(name: str, cwd: str) -> tuple[KernelManager, Any, float]:
+    began = time.perf_counter()
+    manager = KernelManager(kernel_name=name)
+    manager.start_kernel(cwd=cwd, env={**os.environ, "SANDBOX_KERNEL_WORKSPACE": cwd})
+    client = manager.client()
+    client.start_channels()
+    client.wait_for_ready(timeout=120)
+    return manager, client, time.perf_counter() - began
+
+
+def round_trip(client: Any, code: str) -> float:
+    began = time.perf_counter()
+    reply = client.execute(code, reply=True, timeout=60)
+    assert reply["content"]["status"] == "ok", reply["content"]
+    return time.perf_counter() - began
+
+
+def interrupt(manager: KernelManager, client: Any) -> float:
+    marks: dict[str, float] = {}
+
+    def fire() -> None:
+        time.sleep(0.5)
+        marks["sent"] = time.perf_counter()
+        manager.interrupt_kernel()
+
+    timer = threading.Thread(target=fire)
+    timer.start()
+    client.execute("while True:\n    pass", reply=True, timeout=60)
+    done = time.perf_counter()
+    timer.join()
+    return done - marks["sent"]
+
+
+def measure(name: str, rounds: int) -> dict[str, float]:
+    with tempfile.TemporaryDirectory(prefix="bench-kernel-") as folder:
+        starts = []
+        for _ in range(3):
+            manager, client, took = start(name, folder)
+            starts.append(took)
+            client.stop_channels()
+            manager.shutdown_kernel(now=True)
+        manager, client, _ = start(name, folder)
+        try:
+            for _ in range(5):
+                round_trip(client, "x = 1")
+            trips = [round_trip(client, "x = 1") for _ in range(rounds)]
+            interrupts = [interrupt(manager, client) for _ in range(5)]
+        finally:
+            client.stop_channels()
+            manager.shutdown_kernel(now=True)
+    return {
+        "start": statistics.median(starts),
+        "round_trip": statistics.median(trips),
+        "interrupt": statistics.median(interrupts),
+    }
+
+
+def main() -> int:
+    rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 100
+    results = {name: measure(name, rounds) for name in KERNELS}
+    base, ours = results["python3"], results["sandbox-python"]
+    goals = {"start": 1.5, "round_trip": 1.2, "interrupt": 2.0}
+    print(f"{'median':<12}{'ipykernel':>12}{'sandbox':>12}{'ratio':>9}{'goal':>8}")
+    for key, goal in goals.items():
+        ratio = ours[key] / base[key]
+        print(
+            f"{key:<12}{base[key] * 1e3:>10.1f}ms{ours[key] * 1e3:>10.1f}ms"
+            f"{ratio:>8.2f}x{goal:>7.1f}x"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
