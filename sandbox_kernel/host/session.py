@@ -24,6 +24,7 @@ Must not import: sandbox_kernel.repl, runtimes, anything Jupyter.
 from __future__ import annotations
 
 import ctypes
+import re
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -281,17 +282,14 @@ class GuestSession:
     # -- images ------------------------------------------------------------------------------
 
     def locate_flag(self, magic: bytes) -> int | None:
-        """Find the driver's flag: the byte before the one place `magic` occurs in memory."""
-        data = self._read_memory()
-        first = data.find(magic)
-        if first <= 0 or data.find(magic, first + 1) != -1:
+        """Find the driver's flag: the byte before the one place `magic` occurs in memory.
+        Searched in place (a regex over the memory's buffer), never copied."""
+        memory = (ctypes.c_char * self.memory_bytes()).from_address(self._base)
+        found = [m.start() for m in re.finditer(re.escape(magic), memory)]
+        if len(found) != 1 or found[0] == 0:
             return None
-        self.flag_address = first - 1
+        self.flag_address = found[0] - 1
         return self.flag_address
-
-    def _read_memory(self) -> bytes:
-        size = self.memory_bytes()
-        return ctypes.string_at(self._base, size)
 
     def capture(self, reuse: MemoryImage | None = None) -> MemoryImage:
         """The memory image, taken while no turn runs. Copying into `reuse`'s buffer (an image

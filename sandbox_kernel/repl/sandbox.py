@@ -18,9 +18,13 @@ Must not import: wasmtime (host/ does that), anything Jupyter.
 
 from __future__ import annotations
 
+import atexit
+import concurrent.futures
+import contextlib
 import importlib.resources
 import tempfile
 import threading
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +47,21 @@ from sandbox_kernel.repl.results import execution_from_reply, stopped_execution
 from sandbox_kernel.runtimes.base import limits_from_policy
 
 __all__ = ["ReplSandbox"]
+
+# Sessions alive in this process: destroyed at interpreter exit, before the host's own hook
+# closes any remaining Store (atexit runs hooks in reverse order of registration, and this
+# module registers after host/). A session left running at exit (its capture thread copying
+# memory, its store open) could otherwise crash the interpreter in wasmtime's teardown.
+_LIVE: weakref.WeakSet[ReplSandbox] = weakref.WeakSet()
+
+
+@atexit.register
+def _destroy_live_sessions() -> None:
+    for session in list(_LIVE):
+        with contextlib.suppress(Exception):  # exit must go on whatever one session does
+            session.cancel()
+            session.destroy()
+
 
 _SETUP_FUEL = 50_000_000_000  # installing the driver and warm-start imports
 _SETUP_TIMEOUT_SECONDS = 300.0
@@ -95,7 +114,10 @@ class ReplSandbox:
         self._session: GuestSession | None = None
         self._image: MemoryImage | None = None
         self._spare: MemoryImage | None = None  # an old image whose buffer capture reuses
-        self._capture: threading.Thread | None = None
+        # One long-lived thread copies the memory image after each execution (a new thread
+        # per cell cost up to 2 ms); `_capture` is the copy in flight.
+        self._copier = concurrent.futures.ThreadPoolExecutor(1, "sandbox-kernel-capture")
+        self._capture: concurrent.futures.Future[None] | None = None
         self._scratch: tempfile.TemporaryDirectory[str] | None = None
         self._context: object = None
         self._count = 0
@@ -106,6 +128,7 @@ class ReplSandbox:
         self.rollbacks = 0
         self._totals = {"executions": 0, "fuel_consumed": 0, "duration_ms": 0.0}
         self.bridge = Bridge(self.config, lambda: self._context)
+        _LIVE.add(self)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -159,6 +182,7 @@ class ReplSandbox:
     def _setup_turn(self, source: str) -> None:
         """A turn of ours (driver install, context, warm imports): it must succeed."""
         session = self._session_or_fail()
+        self._join_capture()  # never enter the guest while its memory is being copied
         self.bridge.begin(_SETUP_TIMEOUT_SECONDS)
         limits = TurnLimits(_SETUP_FUEL, _SETUP_TIMEOUT_SECONDS, 1_000_000, 1_000_000)
         outcome = session.turn(source, limits)
@@ -177,6 +201,7 @@ class ReplSandbox:
         """Release the guest and its memory; the session cannot run again."""
         with self._lock:
             self._join_capture()
+            self._copier.shutdown(wait=True)
             if self._session is not None:
                 self._session.close()
             self._session, self._image, self._spare = None, None, None
@@ -277,14 +302,12 @@ class ReplSandbox:
             self._image = session.capture(reuse=self._spare)
             self._spare = previous
 
-        self._capture = threading.Thread(target=capture, name="sandbox-kernel-capture")
-        self._capture.daemon = True
-        self._capture.start()
+        self._capture = self._copier.submit(capture)
 
     def _join_capture(self) -> None:
         if self._capture is not None:
-            self._capture.join()
-            self._capture = None
+            capture, self._capture = self._capture, None
+            capture.result()
 
     # -- interrupt ---------------------------------------------------------------------------
 

@@ -16,7 +16,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from sandbox_kernel.host.artifacts import PythonImage
+from sandbox_kernel.host.artifacts import PythonImage, sha256_of
 from sandbox_kernel.host.engine import cache_dir
 from sandbox_kernel.host.session import GuestSession, MemoryImage
 
@@ -39,12 +39,13 @@ def load(image: PythonImage, driver: str, modules: tuple[str, ...]) -> MemoryIma
     data_path, meta_path = _paths(image, driver, modules)
     try:
         meta = json.loads(meta_path.read_text())
-        if data_path.stat().st_uid != os.getuid() or data_path.is_symlink():
+        if data_path.is_symlink() or data_path.stat().st_uid != os.getuid():
+            return None
+        # Checked by digest, computed once per file identity (artifacts.sha256_of).
+        if sha256_of(data_path) != meta.get("sha256"):
             return None
         data = data_path.read_bytes()
     except (OSError, ValueError):
-        return None
-    if hashlib.sha256(data).hexdigest() != meta.get("sha256"):
         return None
     flag = meta.get("flag_address")
     return MemoryImage(data, flag if isinstance(flag, int) else None)
