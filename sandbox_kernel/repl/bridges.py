@@ -26,25 +26,42 @@ from sandbox_kernel.repl.protocol import CellReply, error_answer, ok_answer
 __all__ = ["Bridge", "LineSplitter"]
 
 _WAIT_SLICE_SECONDS = 0.01
+# The driver's own bookkeeping (a cell's source and report, values, context): never counted
+# against the per-execution budgets, so a cell that spent them can still report.
+_BOOKKEEPING = frozenset({"hello", "source", "done", "value", "context"})
 
 
 class LineSplitter:
-    """Turns output chunks into whole lines for a per-line callback."""
+    """Turns output chunks into whole lines for a per-line callback.
+
+    A callback that raises is detached (and its error kept in `error`): output is still
+    captured, and nothing a callback does can make `execute()` itself fail.
+    """
 
     def __init__(self, callback: Callable[[str], None]) -> None:
-        self._callback = callback
+        self._callback: Callable[[str], None] | None = callback
         self._pending = ""
+        self.error: Exception | None = None
 
     def feed(self, chunk: bytes) -> None:
         text = self._pending + chunk.decode("utf-8", errors="replace")
         *lines, self._pending = text.split("\n")
         for line in lines:
-            self._callback(line + "\n")
+            self._deliver(line + "\n")
 
     def flush(self) -> None:
         if self._pending:
             rest, self._pending = self._pending, ""
-            self._callback(rest)
+            self._deliver(rest)
+
+    def _deliver(self, text: str) -> None:
+        callback = self._callback
+        if callback is None:
+            return
+        try:
+            callback(text)
+        except Exception as exc:
+            self._callback, self.error = None, exc
 
 
 class Bridge:
@@ -80,6 +97,8 @@ class Bridge:
             request = protocol.decode_request(frame)
         except (ValueError, UnicodeDecodeError) as exc:
             return error_answer("ValueError", f"malformed door request: {exc}")
+        if request["op"] in _BOOKKEEPING:  # the driver's own requests: never budgeted
+            return self._dispatch(request)
         self.calls += 1
         self.bytes += len(frame)
         if self.calls > self.config.max_bridge_calls:
@@ -90,11 +109,15 @@ class Bridge:
         if self.bytes > self.config.max_bridge_bytes:
             limit = self.config.max_bridge_bytes
             return error_answer("RuntimeError", f"host requests exceeded {limit:,} bytes")
+        answer = self._dispatch(request)
+        self.bytes += len(answer)
+        return answer
+
+    def _dispatch(self, request: dict[str, Any]) -> bytes:
         handler = getattr(self, f"_op_{request['op']}", None)
         if handler is None:
             return error_answer("ValueError", f"unknown door request {request['op']!r}")
         answer: bytes = handler(request)
-        self.bytes += len(answer)
         return answer
 
     # -- driver bookkeeping ------------------------------------------------------------------

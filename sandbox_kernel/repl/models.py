@@ -31,8 +31,11 @@ class ExecutionStatus(StrEnum):
 class REPLConfig(BaseModel):
     """A persistent session's settings. Limits not named here come from `policy`.
 
-    Callbacks run on the thread that called `execute()`; one that raises is reported to the
-    guest as an exception (bridges) or detached (streams), never allowed to kill the session.
+    Callbacks run on host threads while the cell runs (stream callbacks on whichever thread
+    the guest's output arrives, bridge callbacks on a helper thread that sees the caller's
+    context variables); they must not call back into the same session. One that raises is
+    reported to the guest as an exception (bridges) or detached (streams), never allowed to
+    kill the session or make `execute()` raise.
     """
 
     model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)

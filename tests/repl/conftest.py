@@ -1,0 +1,79 @@
+"""Shared fixtures for the REPL tests: real guests, real callbacks, no doubles.
+
+`make_repl` builds a fresh, initialized ReplSandbox for a test that needs its own config or
+breaks state on purpose (limits, rollbacks, interrupts); every session it made is destroyed
+after the test. `module_repl` is one session per test module for tests that only add
+variables of their own. Both use a fuel budget large enough for `import pandas` (about 4
+billion instructions) unless a test asks for less.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Protocol
+
+import pytest
+
+from sandbox_kernel import CodeExecution, ExecutionPolicy, REPLConfig, ReplSandbox, create_repl
+
+BIG_FUEL = 200_000_000_000  # ~20 s of a busy loop: no limit a test meets by accident
+
+
+class MakeRepl(Protocol):
+    def __call__(
+        self, *, context: object = None, policy: dict[str, Any] | None = None, **config: Any
+    ) -> ReplSandbox: ...
+
+
+def repl_config(workspace: Path, policy: dict[str, Any] | None = None, **config: Any) -> REPLConfig:
+    """A config whose workspace is `workspace`; `policy` fields override the test defaults."""
+    fields: dict[str, Any] = {"mount_host_dir": workspace, "fuel_budget": BIG_FUEL}
+    fields.update(policy or {})
+    return REPLConfig(policy=ExecutionPolicy(**fields), **config)
+
+
+def new_repl(config: REPLConfig, context: object = None) -> ReplSandbox:
+    repl = create_repl(config)
+    assert isinstance(repl, ReplSandbox), f"the wasm backend was expected, got {type(repl)}"
+    repl.initialize(context)
+    return repl
+
+
+def run_ok(repl: ReplSandbox, code: str) -> CodeExecution:
+    """Execute `code` and insist it succeeded, showing the guest's error otherwise."""
+    result = repl.execute(code)
+    assert result.ok, f"{code!r} failed: {result.status} {result.error}\n{result.stderr}"
+    return result
+
+
+def plain(result: CodeExecution) -> str:
+    """The text/plain of the cell's last expression."""
+    assert result.result is not None, f"no result: {result.status} {result.error}"
+    text = result.result["text/plain"]
+    assert isinstance(text, str)
+    return text
+
+
+@pytest.fixture
+def make_repl(workspace: Path) -> Iterator[MakeRepl]:
+    made: list[ReplSandbox] = []
+
+    def make(
+        *, context: object = None, policy: dict[str, Any] | None = None, **config: Any
+    ) -> ReplSandbox:
+        repl = new_repl(repl_config(workspace, policy, **config), context)
+        made.append(repl)
+        return repl
+
+    yield make
+    for repl in made:
+        repl.destroy()
+
+
+@pytest.fixture(scope="module")
+def module_repl(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReplSandbox]:
+    workspace = tmp_path_factory.mktemp("workspace")
+    repl = new_repl(repl_config(workspace, timeout_ms=120_000))
+    yield repl
+    repl.destroy()

@@ -1,0 +1,121 @@
+"""Warm start: REPLConfig(warm_start_modules=...) imports the modules once, keeps the session's
+memory as an image in the cache, and later sessions start from it with the imports paid for.
+
+Each test has a private SANDBOX_KERNEL_CACHE. The compiled guest (hundreds of MB, a minute to
+compile) is hard-linked into it from the shared cache, so only warm images are new there.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+from pathlib import Path
+
+import pytest
+
+from sandbox_kernel import ExecutionStatus
+from sandbox_kernel.host.artifacts import python_image
+from sandbox_kernel.host.engine import CACHE_ENV, get_engine
+from tests.repl.conftest import new_repl, plain, repl_config, run_ok
+
+MODULES = ("numpy", "pandas")
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def private_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    compiled = get_engine().cached_path(python_image().binary_sha256)  # the shared cache's
+    assert compiled.is_file(), "the session fixture compiles the guest first"
+    cache = tmp_path / "cache"
+    (cache / "modules").mkdir(parents=True, mode=0o700)
+    target = cache / "modules" / compiled.name
+    try:
+        os.link(compiled, target)
+    except OSError:  # another filesystem: copy
+        shutil.copyfile(compiled, target)
+    monkeypatch.setenv(CACHE_ENV, str(cache))
+    return cache
+
+
+def _images(cache: Path) -> list[Path]:
+    return sorted((cache / "warm").glob("*.mem"))
+
+
+def test_a_warm_image_is_made_once_and_makes_imports_cheap(
+    private_cache: Path, workspace: Path
+) -> None:
+    cold = new_repl(repl_config(workspace))
+    try:
+        cold_import = run_ok(cold, "import pandas")
+    finally:
+        cold.destroy()
+    assert _images(private_cache) == []
+
+    config = repl_config(workspace, warm_start_modules=MODULES)
+    first = new_repl(config)
+    try:
+        run_ok(first, "first_session_secret = 1")
+    finally:
+        first.destroy()
+    images = _images(private_cache)
+    assert len(images) == 1, "the first warm session saves one image"
+    saved = images[0].stat().st_mtime_ns
+
+    second = new_repl(config)
+    try:
+        warm_import = run_ok(second, "import pandas")
+        frame = run_ok(second, "pandas.DataFrame({'a': [1, 2]})")
+        assert frame.result is not None and "<table" in frame.result["text/html"]
+        assert second.get_variable("first_session_secret") is None  # images hold no cells
+        assert plain(run_ok(second, "import sys\n'numpy' in sys.modules")) == "True"
+    finally:
+        second.destroy()
+    assert _images(private_cache)[0].stat().st_mtime_ns == saved, "the image was made again"
+    assert warm_import.fuel_consumed < cold_import.fuel_consumed * 0.1, (
+        f"import pandas cost {warm_import.fuel_consumed:,} instructions warm, "
+        f"{cold_import.fuel_consumed:,} cold"
+    )
+
+
+def test_a_warm_session_keeps_its_limits_and_interrupts(
+    private_cache: Path, workspace: Path
+) -> None:
+    config = repl_config(workspace, warm_start_modules=MODULES, interrupt_grace_seconds=0.5)
+    new_repl(config).destroy()  # makes the image
+    repl = new_repl(config, context="the context")
+    try:
+        assert plain(run_ok(repl, "context")) == "'the context'"
+        run_ok(repl, "import pandas as pd\nearlier = pd.Series([1, 2]).sum()")
+        timer = threading.Timer(0.3, repl.cancel)
+        timer.start()
+        soft = repl.execute("while True:\n    pass")
+        timer.join()
+        assert soft.status is ExecutionStatus.CANCELLED and soft.rolled_back is False
+        timer = threading.Timer(0.3, repl.cancel)
+        timer.start()
+        hard = repl.execute("sum(range(10**11))")
+        timer.join()
+        assert hard.status is ExecutionStatus.CANCELLED and hard.rolled_back is True
+        assert repl.get_variable("earlier") == 3
+    finally:
+        repl.destroy()
+
+
+def test_a_damaged_warm_image_is_ignored(private_cache: Path, workspace: Path) -> None:
+    config = repl_config(workspace, warm_start_modules=MODULES)
+    new_repl(config).destroy()
+    (image,) = _images(private_cache)
+    image.write_bytes(b"\x00" * 1024)  # no longer matches the digest beside it
+    repl = new_repl(config)
+    try:
+        assert plain(run_ok(repl, "import pandas\npandas.Series([2, 3]).sum()")) == "np.int64(5)"
+    finally:
+        repl.destroy()
+
+
+def test_different_module_lists_get_different_images(private_cache: Path, workspace: Path) -> None:
+    new_repl(repl_config(workspace, warm_start_modules=("json",))).destroy()
+    new_repl(repl_config(workspace, warm_start_modules=("json", "csv"))).destroy()
+    assert len(_images(private_cache)) == 2
