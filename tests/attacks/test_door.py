@@ -86,7 +86,7 @@ def test_a_huge_prompt_not_caught_is_a_runtime_error(door: Door) -> None:
     repl = door.repl(max_bridge_bytes=1_000_000, on_llm_query=_echo)
     result = repl.execute("llm_query('x' * 3_000_000)")
     assert result.ename == "RuntimeError" and "exceeded" in (result.evalue or ""), (
-        "PACKAGE BUG: the guest's RuntimeError about max_bridge_bytes never reaches the caller: "
+        "the guest's RuntimeError about max_bridge_bytes never reaches the caller: "
         "the driver's 'done' request is refused by the same spent budget, so the cell is "
         f"reported as {result.error!r}"
     )
@@ -97,7 +97,7 @@ def test_a_cell_that_caught_a_budget_refusal_keeps_its_outcome(door: Door) -> No
     repl = door.repl(max_bridge_bytes=1_000_000, on_llm_query=_echo)
     result = repl.execute(_CATCH_HUGE)
     assert result.status is ExecutionStatus.OK and not result.rolled_back, (
-        "PACKAGE BUG: once a cell exceeds max_bridge_bytes, the driver's own 'done' request is "
+        "once a cell exceeds max_bridge_bytes, the driver's own 'done' request is "
         "refused too, so a cell that caught the RuntimeError is reported as 'the cell driver "
         f"stopped answering' and rolled back ({result.status}: {result.error})"
     )
@@ -134,7 +134,7 @@ def test_a_cell_that_caught_a_call_refusal_keeps_its_outcome(door: Door) -> None
     repl = door.repl(max_bridge_calls=100, on_llm_query=_echo)
     result = repl.execute(_FLOOD)
     assert result.status is ExecutionStatus.OK and not result.rolled_back, (
-        "PACKAGE BUG: once a cell has used max_bridge_calls, the driver's own 'done' request is "
+        "once a cell has used max_bridge_calls, the driver's own 'done' request is "
         "refused too, so the cell's outcome is lost and it is rolled back "
         f"({result.status}: {result.error})"
     )
@@ -271,7 +271,7 @@ def test_a_stdout_callback_that_raises_on_a_last_partial_line(door: Door) -> Non
         result = repl.execute("print('no newline at the end', end='')")
     except RuntimeError as exc:
         pytest.fail(
-            "PACKAGE BUG: an on_stdout callback that raises on the cell's last line (one "
+            "an on_stdout callback that raises on the cell's last line (one "
             "without a newline) escapes from execute(): LineSplitter.flush() calls it outside "
             f"the stream's guard ({exc!r})"
         )

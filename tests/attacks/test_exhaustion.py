@@ -113,7 +113,7 @@ def test_creeping_allocation_is_reported_as_memory(workspace: Path, host: HostGu
     assert result.success is False
     assert "MemoryError" in result.stderr
     assert result.limit is LimitKind.MEMORY, (
-        "PACKAGE BUG: PythonSandbox._classify calls a run MEMORY only when stderr's last line "
+        "PythonSandbox._classify calls a run MEMORY only when stderr's last line "
         "starts with 'MemoryError'; a guest whose memory is exhausted while it prints the "
         "traceback ends in CPython's object dump and 'lost sys.stderr', so the limit is lost. "
         f"limit={result.limit} memory_used_bytes={result.memory_used_bytes:,} "
@@ -162,7 +162,7 @@ def test_a_crash_names_its_cause(workspace: Path) -> None:
         pytest.skip(f"this guest ended by {result.limit}, not a trap")
     assert result.error is not None
     assert "stack" in result.error.lower(), (
-        "PACKAGE BUG: a trap's error keeps only the first line of wasmtime's message, "
+        "a trap's error keeps only the first line of wasmtime's message, "
         "'error while executing at wasm backtrace:', and drops the cause that follows "
         f"'Caused by:' (here 'wasm trap: call stack exhausted'). error={result.error!r}"
     )

@@ -171,7 +171,7 @@ def test_a_guest_cannot_booby_trap_the_code_file(
     secret_kept = host.secret.read_text() == SECRET_TEXT
     nothing_new = not (host.folder / "new.py").exists()
     assert secret_kept and nothing_new and next_run is not None and next_run.success, (
-        "PACKAGE BUG: BaseSandbox._run_file writes user_code.py with Path.write_text, which "
+        "BaseSandbox._run_file writes user_code.py with Path.write_text, which "
         "follows a symlink the previous guest planted there (writing a host file outside the "
         "workspace) and fails on a directory planted there. "
         f"host secret kept: {secret_kept}; no host file created: {nothing_new}; {outcome}"
@@ -374,7 +374,7 @@ def test_sparse_growth_counts_against_the_workspace_budget(workspace: Path) -> N
     result = sandbox.execute(code)
     total = sum(p.lstat().st_size for p in workspace.iterdir() if p.name != "user_code.py")
     assert total <= 1_000_000, (
-        "PACKAGE BUG: growing files with truncate (or a seek past the end) is checked against "
+        "growing files with truncate (or a seek past the end) is checked against "
         "max_file_bytes only, never charged to workspace_max_bytes: the guest grew the workspace "
         f"to {total:,} bytes under a 1,000,000-byte budget (success={result.success})"
     )

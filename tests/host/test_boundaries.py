@@ -109,7 +109,7 @@ def test_exiting_while_a_guest_runs_in_a_thread_does_not_crash(tmp_path: Path) -
     done = _run_python(script, tmp_path)
     assert done.stdout == "exiting\n"
     assert done.returncode == 0 and "panicked" not in done.stderr, (
-        "PACKAGE BUG: guest_run's atexit hook closes every open Store, including one a daemon "
+        "guest_run's atexit hook closes every open Store, including one a daemon "
         "thread is still running guest code in; wasmtime then faults on freed memory and aborts "
         f"the process. returncode={done.returncode} stderr={done.stderr[:300]!r}"
     )

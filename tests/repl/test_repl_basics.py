@@ -332,7 +332,7 @@ def test_exiting_without_destroy_does_not_crash_the_host(workspace: Path) -> Non
         )
         codes.append(run.returncode)
     assert codes == [0] * 6, (
-        f"PACKAGE BUG: the host process died at exit (return codes {codes}; -11 is SIGSEGV): "
+        f"the host process died at exit (return codes {codes}; -11 is SIGSEGV): "
         "the background capture of the session's memory must end before the atexit hook "
         "closes the Store (it raced as a daemon thread)"
     )

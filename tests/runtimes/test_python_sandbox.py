@@ -315,7 +315,7 @@ def test_inject_setup_makes_workspace_site_packages_importable(
         "import sys\nprint('/app/site-packages' in sys.path)\nimport mymod\nprint(mymod.VALUE)"
     )
     assert result.stdout == "True\n42\n", (
-        "PACKAGE BUG: inject_setup sets PYTHONPATH, but the snapshot image starts with CPython "
+        "inject_setup sets PYTHONPATH, but the snapshot image starts with CPython "
         "already initialized, so PYTHONPATH never reaches sys.path. "
         f"stdout={result.stdout!r} stderr={result.stderr[-300:]!r}"
     )
@@ -538,7 +538,7 @@ def test_data_past_max_file_bytes_can_still_be_read(workspace: Path, tmp_path: P
         "f = open('/data/big.bin', 'rb')\nf.seek(65_000_000)\nprint(f.read(4))"
     )
     assert result.stdout == "b'MARK'\n", (
-        "PACKAGE BUG: the fd_seek guard refuses any seek past max_file_bytes, even on a "
+        "the fd_seek guard refuses any seek past max_file_bytes, even on a "
         "read-only file; a seek grows nothing, only a write after it can. "
         f"stderr={result.stderr[-300:]!r}"
     )
@@ -547,7 +547,7 @@ def test_data_past_max_file_bytes_can_still_be_read(workspace: Path, tmp_path: P
 def test_a_small_max_file_bytes_does_not_break_the_interpreter(workspace: Path) -> None:
     result = _sandbox(workspace, max_file_bytes=1_000_000).execute("import json; print('ok')")
     assert result.stdout == "ok\n", (
-        "PACKAGE BUG: with max_file_bytes below the stdlib zip's size (~54 MB) the fd_seek guard "
+        "with max_file_bytes below the stdlib zip's size (~54 MB) the fd_seek guard "
         "refuses zipimport's seeks into /usr/local/lib/python315.zip and no module imports. "
         f"stderr={result.stderr[-300:]!r}"
     )
