@@ -35,6 +35,7 @@ __all__ = [
     "get_engine",
     "private_engine",
     "wasmtime_version",
+    "write_atomically",
 ]
 
 TICK_SECONDS = 0.01
@@ -131,7 +132,7 @@ class EngineHandle:
             except wasmtime.WasmtimeError:
                 target.unlink(missing_ok=True)  # stale or damaged: compile afresh
         module = _compile_with_progress(self.engine, binary, progress)
-        _write_atomically(target, module.serialize())
+        write_atomically(target, module.serialize())
         if progress is not None:
             progress(1.0)
         return module
@@ -165,9 +166,11 @@ def _owned_by_us(path: Path) -> bool:
     return not path.is_symlink() and st.st_uid == os.getuid()
 
 
-def _write_atomically(target: Path, data: bytes | bytearray) -> None:
+def write_atomically(target: Path, data: bytes | bytearray) -> None:
+    """Write a cache file whole or not at all (a temporary file renamed over the name), in
+    a private folder made if needed."""
     target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-", suffix=".cwasm")
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-")
     try:
         with os.fdopen(fd, "wb") as out:
             out.write(data)

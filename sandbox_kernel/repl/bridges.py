@@ -23,7 +23,7 @@ from sandbox_kernel.repl import protocol
 from sandbox_kernel.repl.models import REPLConfig
 from sandbox_kernel.repl.protocol import CellReply, error_answer, ok_answer
 
-__all__ = ["Bridge", "LineSplitter"]
+__all__ = ["Bridge", "LineSplitter", "escalate_after"]
 
 _WAIT_SLICE_SECONDS = 0.01
 # The driver's own bookkeeping (a cell's source and report, values, context): never counted
@@ -253,3 +253,19 @@ class _Interrupted:
 def _describe(exc: BaseException) -> str:
     text = str(exc)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def escalate_after(
+    seconds: float, still_running: Callable[[], bool], hard_stop: Callable[[], None]
+) -> threading.Timer:
+    """The second stage of a cancel: after `seconds`, if the same execution still runs, stop
+    it the hard way. A daemon timer, so it never holds the interpreter open."""
+
+    def fire() -> None:
+        if still_running():
+            hard_stop()
+
+    timer = threading.Timer(seconds, fire)
+    timer.daemon = True
+    timer.start()
+    return timer

@@ -40,7 +40,7 @@ from sandbox_kernel.core.errors import SandboxExecutionError
 from sandbox_kernel.host.output import CappedStream
 from sandbox_kernel.host.session import TurnOutcome
 from sandbox_kernel.repl import native_child as rpc
-from sandbox_kernel.repl.bridges import Bridge, LineSplitter
+from sandbox_kernel.repl.bridges import Bridge, LineSplitter, escalate_after
 from sandbox_kernel.repl.models import CodeExecution, ExecutionStatus, REPLConfig
 from sandbox_kernel.repl.native_process import Child, Ended
 from sandbox_kernel.repl.protocol import DRIVER_NAME
@@ -334,15 +334,15 @@ class NativeReplSandbox:
         self.bridge.soft_cancel.set()
         child.interrupt()
 
-        def escalate() -> None:
-            if self._running.is_set() and self._count == number:
-                self._hard_requested = True
-                self.bridge.hard_cancel.set()
+        def hard() -> None:
+            self._hard_requested = True
+            self.bridge.hard_cancel.set()
 
-        timer = threading.Timer(self.config.interrupt_grace_seconds, escalate)
-        timer.daemon = True
-        self._escalation = timer
-        timer.start()
+        self._escalation = escalate_after(
+            self.config.interrupt_grace_seconds,
+            lambda: self._running.is_set() and self._count == number,
+            hard,
+        )
         return True
 
     # -- variables ---------------------------------------------------------------------------

@@ -40,7 +40,7 @@ from sandbox_kernel.host.session import (
 )
 from sandbox_kernel.host.wasi_config import Preopen
 from sandbox_kernel.repl import warm
-from sandbox_kernel.repl.bridges import Bridge, LineSplitter
+from sandbox_kernel.repl.bridges import Bridge, LineSplitter, escalate_after
 from sandbox_kernel.repl.models import CodeExecution, ExecutionStatus, REPLConfig
 from sandbox_kernel.repl.protocol import DRIVER_NAME
 from sandbox_kernel.repl.results import execution_from_reply, stopped_execution
@@ -321,16 +321,16 @@ class ReplSandbox:
         self.bridge.soft_cancel.set()
         session.soft_interrupt()
 
-        def escalate() -> None:
-            if self._running.is_set() and self._count == number:
-                self._hard_requested = True
-                self.bridge.hard_cancel.set()
-                session.hard_stop()
+        def hard() -> None:
+            self._hard_requested = True
+            self.bridge.hard_cancel.set()
+            session.hard_stop()
 
-        timer = threading.Timer(self.config.interrupt_grace_seconds, escalate)
-        timer.daemon = True
-        self._escalation = timer
-        timer.start()
+        self._escalation = escalate_after(
+            self.config.interrupt_grace_seconds,
+            lambda: self._running.is_set() and self._count == number,
+            hard,
+        )
         return True
 
     def usage(self) -> dict[str, Any]:

@@ -13,11 +13,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from pathlib import Path
 
 from sandbox_kernel.host.artifacts import PythonImage, sha256_of
-from sandbox_kernel.host.engine import cache_dir
+from sandbox_kernel.host.engine import cache_dir, write_atomically
 from sandbox_kernel.host.session import GuestSession, MemoryImage
 
 __all__ = ["load", "save"]
@@ -61,16 +60,5 @@ def save(image: PythonImage, driver: str, modules: tuple[str, ...], session: Gue
         "flag_address": captured.flag_address,
         "modules": list(modules),
     }
-    _write(data_path, captured.data)
-    _write(meta_path, json.dumps(meta).encode())
-
-
-def _write(target: Path, data: bytes | bytearray) -> None:
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-")
-    try:
-        with os.fdopen(fd, "wb") as out:
-            out.write(data)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomically(data_path, captured.data)
+    write_atomically(meta_path, json.dumps(meta).encode())
