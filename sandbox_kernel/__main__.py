@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from ipykernel.kernelapp import IPKernelApp
-
-from sandbox_kernel.kernel.kernel import SandboxKernel
+from sandbox_kernel.kernel.app import SandboxKernelApp
 
 if __name__ == "__main__":
-    IPKernelApp.launch_instance(kernel_class=SandboxKernel)
+    SandboxKernelApp.launch_instance()

@@ -21,12 +21,19 @@ from sandbox_kernel.host.workspace import diff, snapshot
 from sandbox_kernel.kernel import magics, messages
 from sandbox_kernel.kernel.runlog import RunLog
 from sandbox_kernel.kernel.settings import KernelSettings
+from sandbox_kernel.kernel.streams import StreamPublisher
 from sandbox_kernel.repl.models import CodeExecution, ExecutionStatus
 from sandbox_kernel.repl.sandbox import ReplSandbox
 
 __all__ = ["SandboxKernel"]
 
 GUEST_PYTHON = "3.15"
+_EXIT_WORDS = frozenset({"exit", "quit", "exit()", "quit()"})
+_ASK_EXIT = {"source": "ask_exit", "keepkernel": False}
+
+
+def _drop(line: str) -> None:
+    """Output of a silent execution goes nowhere."""
 
 
 class SandboxKernel(Kernel):
@@ -55,14 +62,9 @@ class SandboxKernel(Kernel):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.settings = KernelSettings.from_environment()
-        self.runlog = RunLog(self.settings.workspace / ".sandbox-kernel" / "runs.jsonl")
+        self.runlog = RunLog(self.settings.run_log)
         self.repl = ReplSandbox(
-            self.settings.repl_config(
-                on_stdout=lambda line: self._stream("stdout", line),
-                on_stderr=lambda line: self._stream("stderr", line),
-                on_display=self._display,
-                on_input=self._input,
-            )
+            self.settings.repl_config(on_display=self._display, on_input=self._input)
         )
         self._silent = False
         self._history: list[tuple[int, int, str]] = []
@@ -73,9 +75,19 @@ class SandboxKernel(Kernel):
     # -- output from the running cell (called on the worker thread) --------------------------
 
     def _stream(self, name: str, text: str) -> None:
+        """Output of the kernel itself (magics), for the current request."""
         if not self._silent:
             content = messages.stream_content(name, text)
             self.send_response(self.iopub_socket, "stream", content)
+
+    def _send_stream(self, name: str, text: str, parent: dict[str, Any]) -> None:
+        """A cell's output, for the request that ran it (from any thread)."""
+        if self.session is None:  # shutting down
+            return
+        content = messages.stream_content(name, text)
+        self.session.send(
+            self.iopub_socket, "stream", content, parent=parent, ident=self._topic("stream")
+        )
 
     def _display(self, data: dict[str, Any], metadata: dict[str, Any]) -> None:
         if not self._silent:
@@ -83,6 +95,8 @@ class SandboxKernel(Kernel):
             self.send_response(self.iopub_socket, "display_data", content)
 
     def _input(self, prompt: str, password: bool) -> str:
+        if not self._allow_stdin:
+            raise EOFError("input() is not available: this client does not send input")
         if password:
             return str(self.getpass(prompt))
         return str(self.raw_input(prompt))
@@ -112,16 +126,17 @@ class SandboxKernel(Kernel):
         cell_id: str | None = None,
     ) -> dict[str, Any]:
         count = self.execution_count
+        self._allow_stdin = allow_stdin
+        if code.strip() in _EXIT_WORDS:  # as IPython: the client (jupyter console) leaves
+            return messages.execute_reply(None, count, payload=[_ASK_EXIT])
         handled = magics.handle(self, code)
         if handled is not None:
-            if not silent and handled:
-                self._stream("stdout", handled)
-            return messages.execute_reply(None, count)
+            return self._magic_reply(handled, count, silent)
         await asyncio.to_thread(self._ready.join)
         self._silent = silent
         before = snapshot(self.settings.workspace)
         try:
-            execution = await asyncio.to_thread(self.repl.execute, code)
+            execution = await asyncio.to_thread(self._run, code, silent)
         finally:
             self._silent = False
         created, modified = diff(before, snapshot(self.settings.workspace))
@@ -129,6 +144,31 @@ class SandboxKernel(Kernel):
             self._history.append((0, count, code))
         self.runlog.record(code, execution, files_created=created, files_modified=modified)
         return self._publish(execution, count, silent, user_expressions)
+
+    def _run(self, code: str, silent: bool) -> CodeExecution:
+        """On a worker thread: the cell, its output batched to this request."""
+        if silent:
+            return self.repl.execute(code, on_stdout=_drop, on_stderr=_drop)
+        with StreamPublisher(self._send_stream, self.get_parent("shell")) as streams:
+            return self.repl.execute(code, on_stdout=streams.stdout, on_stderr=streams.stderr)
+
+    def _magic_reply(self, handled: magics.MagicResult, count: int, silent: bool) -> dict[str, Any]:
+        if handled.text and not silent:
+            self._stream("stdout", handled.text)
+        if handled.error is None:
+            return messages.execute_reply(None, count)
+        error = {"ename": "UsageError", "evalue": handled.error, "traceback": [handled.error]}
+        if not silent:
+            self.send_response(self.iopub_socket, "error", error)
+        return messages.execute_reply(None, count, error=error)
+
+    @property
+    def kernel_info(self) -> dict[str, Any]:
+        """ipykernel's, without the debugger: guest code cannot be debugged from the host."""
+        info = dict(super().kernel_info)
+        features = info.get("supported_features", [])
+        info["supported_features"] = [f for f in features if f != "debugger"]
+        return info
 
     def _publish(
         self,
@@ -193,10 +233,15 @@ class SandboxKernel(Kernel):
         pattern: str | None = None,
         unique: bool = False,
     ) -> dict[str, Any]:
-        return {"status": "ok", "history": magics.history(self._history, hist_access_type, n)}
+        entries = magics.history(self._history, hist_access_type, n)
+        if output:  # (session, line, (input, output)); outputs are not kept
+            return {"status": "ok", "history": [(a, b, (code, None)) for a, b, code in entries]}
+        return {"status": "ok", "history": entries}
 
     async def do_shutdown(self, restart: bool) -> dict[str, Any]:
+        # Synchronous on purpose: awaiting a thread here let ipykernel close its iopub thread
+        # first, and the control thread then hung publishing 'idle' (the process never left).
         self.repl.cancel()
-        await asyncio.to_thread(self._ready.join)
+        self._ready.join()
         self.repl.destroy()
         return {"status": "ok", "restart": restart}

@@ -15,6 +15,7 @@ from __future__ import annotations
 import codeop
 import json
 import shlex
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sandbox_kernel.core.errors import PolicyValidationError
@@ -22,7 +23,7 @@ from sandbox_kernel.core.errors import PolicyValidationError
 if TYPE_CHECKING:
     from sandbox_kernel.kernel.kernel import SandboxKernel
 
-__all__ = ["handle", "history", "is_complete"]
+__all__ = ["MagicResult", "handle", "history", "is_complete"]
 
 _SESSION_SETTABLE = ("fuel_budget", "timeout_seconds", "stdout_max_bytes", "stderr_max_bytes")
 _WHO = (
@@ -33,8 +34,14 @@ _WHO = (
 )
 
 
-def handle(kernel: SandboxKernel, code: str) -> str | None:
-    """The text a magic cell prints, or None when `code` is not a kernel magic."""
+@dataclass(frozen=True)
+class MagicResult:
+    text: str = ""  # printed on stdout
+    error: str | None = None  # a UsageError, as IPython answers a failed magic
+
+
+def handle(kernel: SandboxKernel, code: str) -> MagicResult | None:
+    """What a magic cell printed or why it failed; None when `code` is not a kernel magic."""
     stripped = code.strip()
     if not stripped.startswith("%") or "\n" in stripped:
         return None
@@ -43,9 +50,9 @@ def handle(kernel: SandboxKernel, code: str) -> str | None:
     if handler is None:
         return None
     try:
-        return handler(kernel, rest.strip())
+        return MagicResult(text=handler(kernel, rest.strip()))
     except (PolicyValidationError, ValueError, OSError) as exc:
-        return f"%{name}: {exc}\n"
+        return MagicResult(error=f"%{name}: {exc}")
 
 
 def _policy(kernel: SandboxKernel, args: str) -> str:
@@ -91,14 +98,21 @@ def _sandbox(kernel: SandboxKernel, args: str) -> str:
         f"fuel used: {usage['fuel_consumed']:,}  time: {usage['duration_ms'] / 1000:.2f} s",
         f"memory: {usage['memory_bytes']:,} of {repl.config.policy.memory_bytes:,} bytes",
         f"bridge calls: {json.dumps(repl.bridge.usage)}",
+        f"run log: {kernel.runlog.path}",
     ]
     return "\n".join(lines) + "\n"
 
 
 def _who(kernel: SandboxKernel, args: str) -> str:
-    """Listed by the guest itself; its print reaches the client as the cell's stream."""
-    execution = kernel.repl.execute(_WHO)
-    return "" if execution.ok else f"%who failed: {execution.error}\n"
+    """Listed by the guest itself, and printed by the kernel."""
+    execution = kernel.repl.execute(_WHO, on_stdout=_ignore, on_stderr=_ignore)
+    if not execution.ok:
+        raise ValueError(f"could not list the variables: {execution.error}")
+    return execution.stdout
+
+
+def _ignore(line: str) -> None:
+    """The listing is returned, not streamed."""
 
 
 _MAGICS = {"policy": _policy, "context": _context, "sandbox": _sandbox, "who": _who}

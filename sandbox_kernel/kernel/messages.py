@@ -49,7 +49,7 @@ def error_content(execution: CodeExecution) -> dict[str, Any] | None:
     if execution.status is ExecutionStatus.OK:
         return None
     ename = execution.ename or execution.status.value
-    evalue = execution.evalue or execution.error or ""
+    evalue = execution.evalue if execution.evalue is not None else (execution.error or "")
     traceback = list(execution.traceback) or [f"{ename}: {evalue}"]
     if execution.status is not ExecutionStatus.ERROR and not execution.rolled_back:
         state = "the session was kept"
@@ -62,13 +62,14 @@ def execute_reply(
     count: int,
     user_expressions: dict[str, Any] | None = None,
     error: dict[str, Any] | None = None,
+    payload: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The execute_reply content; `error` (from error_content) makes it an error reply."""
     reply: dict[str, Any] = {
         "status": "ok" if error is None else "error",
         "execution_count": count,
         "user_expressions": user_expressions or {},
-        "payload": [],
+        "payload": payload or [],
     }
     if error is not None:
         reply.update(error)

@@ -1,8 +1,8 @@
-"""The run log: one JSON line per execution, in the workspace, for a person to audit later.
+"""The run log: one JSON line per execution of a workspace, for a person to audit later.
 
 Each line: time, execution count, the code, status, the limit hit (if any), fuel, duration,
-output bytes, files changed, rolled back or not. Written by the host (the guest cannot reach
-it: it lives under a hidden folder the host owns, written with O_NOFOLLOW).
+output bytes, files changed, rolled back or not. Written by the host only: the file lives
+outside the workspace (see settings.py), and is still opened without following links.
 
 Must not import: anything Jupyter.
 """

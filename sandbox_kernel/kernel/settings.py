@@ -4,6 +4,8 @@
                               else ~/.config/sandbox-kernel/policy.toml, else built-in defaults
     SANDBOX_KERNEL_WORKSPACE  the host folder mounted at /app; default ./workspace (Jupyter
                               starts a kernel in the notebook's folder)
+    SANDBOX_KERNEL_RUN_LOG    the run log; default one file per workspace in Jupyter's data
+                              folder (never inside the workspace, which the guest can write)
 
 The kernel's defaults suit notebooks (importing pandas within the fuel budget, room for
 DataFrames, numpy and pandas pre-imported); the library keeps the seeds' defaults.
@@ -13,6 +15,7 @@ Must not import: anything from ipykernel (this module is plain configuration).
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -39,6 +42,7 @@ class KernelSettings(BaseModel):
     policy: ExecutionPolicy
     policy_source: Path | None
     workspace: Path
+    run_log: Path
     warm_start_modules: tuple[str, ...] = WARM_MODULES
 
     @classmethod
@@ -51,7 +55,13 @@ class KernelSettings(BaseModel):
         policy = _notebook_policy(source)
         workspace = Path(env.get("SANDBOX_KERNEL_WORKSPACE") or here / "workspace")
         policy = policy.with_overrides(mount_host_dir=workspace.expanduser().resolve())
-        return cls(policy=policy, policy_source=source, workspace=policy.mount_host_dir)
+        run_log = Path(env.get("SANDBOX_KERNEL_RUN_LOG") or _run_log_for(policy.mount_host_dir))
+        return cls(
+            policy=policy,
+            policy_source=source,
+            workspace=policy.mount_host_dir,
+            run_log=run_log,
+        )
 
     def repl_config(self, **callbacks: object) -> REPLConfig:
         return REPLConfig(
@@ -62,6 +72,15 @@ class KernelSettings(BaseModel):
             warm_start_modules=self.warm_start_modules,
             **callbacks,  # type: ignore[arg-type]
         )
+
+
+def _run_log_for(workspace: Path) -> Path:
+    """The workspace's run log, kept OUT of the workspace (the guest writes there): in
+    Jupyter's data folder, one file per workspace path."""
+    from jupyter_core.paths import jupyter_data_dir
+
+    key = hashlib.sha256(str(workspace).encode()).hexdigest()[:16]
+    return Path(jupyter_data_dir()) / "sandbox-kernel" / "runs" / f"{workspace.name}-{key}.jsonl"
 
 
 def _policy_file(env: Mapping[str, str], here: Path) -> Path | None:

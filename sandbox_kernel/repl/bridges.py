@@ -198,7 +198,10 @@ class Bridge:
         if callback is None:
             return error_answer("EOFError", "input() is not available: this session has no input")
         prompt, password = str(request.get("prompt", "")), bool(request.get("password"))
-        return self._answer(lambda: callback(prompt, password), "input", str)
+        try:
+            return self._answer(lambda: callback(prompt, password), "input", str, reraise=True)
+        except EOFError as exc:  # no input to be had: the builtin's own error, inside
+            return error_answer("EOFError", str(exc) or "EOF when reading a line")
 
     def _op_llm_query(self, request: dict[str, Any]) -> bytes:
         callback = self.config.on_llm_query
@@ -231,11 +234,19 @@ class Bridge:
         self.usage["rlm_calls"] += 1
         return self._answer(lambda: callback(task, ctx), "rlm_query", str)
 
-    def _answer(self, work: Callable[[], Any], name: str, kind: type) -> bytes:
+    def _answer(
+        self, work: Callable[[], Any], name: str, kind: type, reraise: bool = False
+    ) -> bytes:
+        """The callback's value as an answer; its failure as a RuntimeError inside the guest
+        (`reraise`: an EOFError goes to the caller, which knows what it means)."""
         try:
             value = self._wait_for(work)
         except StopTurn:
             raise
+        except EOFError:
+            if reraise:
+                raise
+            return error_answer("RuntimeError", f"{name} failed: EOFError")
         except Exception as exc:
             return error_answer("RuntimeError", f"{name} failed: {_describe(exc)}")
         if isinstance(value, _Interrupted):

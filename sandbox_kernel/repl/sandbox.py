@@ -25,6 +25,7 @@ import importlib.resources
 import tempfile
 import threading
 import weakref
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -214,7 +215,15 @@ class ReplSandbox:
 
     # -- executions --------------------------------------------------------------------------
 
-    def execute(self, code: str) -> CodeExecution:
+    def execute(
+        self,
+        code: str,
+        *,
+        on_stdout: Callable[[str], None] | None = None,
+        on_stderr: Callable[[str], None] | None = None,
+    ) -> CodeExecution:
+        """Run one cell. `on_stdout`/`on_stderr`, when given, replace the config's line
+        callbacks for this execution only (a kernel routes each cell's output to its request)."""
         if not isinstance(code, str):
             raise TypeError(f"code must be str, not {type(code).__name__}")
         with self._lock:
@@ -225,7 +234,7 @@ class ReplSandbox:
             self._count += 1
             number = self._count
             self.bridge.sources[number] = code
-            outcome = self._run_cell(session, number)
+            outcome = self._run_cell(session, number, on_stdout, on_stderr)
             self._totals["executions"] += 1
             self._totals["fuel_consumed"] += outcome.fuel_consumed
             self._totals["duration_ms"] += outcome.duration_ms
@@ -236,11 +245,19 @@ class ReplSandbox:
             self._start_capture(session)
             return execution_from_reply(reply, outcome, number)
 
-    def _run_cell(self, session: GuestSession, number: int) -> TurnOutcome:
+    def _run_cell(
+        self,
+        session: GuestSession,
+        number: int,
+        on_stdout: Callable[[str], None] | None,
+        on_stderr: Callable[[str], None] | None,
+    ) -> TurnOutcome:
         config, policy = self.config, self.config.policy
         timeout = config.timeout_ms / 1000
-        out = LineSplitter(config.on_stdout) if config.on_stdout else None
-        err = LineSplitter(config.on_stderr) if config.on_stderr else None
+        stdout_callback = on_stdout or config.on_stdout
+        stderr_callback = on_stderr or config.on_stderr
+        out = LineSplitter(stdout_callback) if stdout_callback else None
+        err = LineSplitter(stderr_callback) if stderr_callback else None
         limits = TurnLimits(
             fuel=policy.fuel_budget,
             timeout_seconds=timeout,
