@@ -32,6 +32,21 @@ _EXIT_WORDS = frozenset({"exit", "quit", "exit()", "quit()"})
 _ASK_EXIT = {"source": "ask_exit", "keepkernel": False}
 
 
+def _preparing_notice() -> str | None:
+    """Only for a cold compile cache: a warm start is too quick to announce (and a notice
+    that comes and goes would make notebook outputs differ from run to run)."""
+    from sandbox_kernel.host.artifacts import python_image
+    from sandbox_kernel.host.engine import get_engine
+
+    image = python_image()
+    if get_engine().cached_path(image.binary_sha256).is_file():
+        return None
+    return (
+        "[sandbox] compiling the Python guest for this machine (about a minute, once; "
+        "`sandbox-kernel warm` does it ahead of time)...\n"
+    )
+
+
 def _drop(line: str) -> None:
     """Output of a silent execution goes nowhere."""
 
@@ -68,6 +83,9 @@ class SandboxKernel(Kernel):
         )
         self._silent = False
         self._history: list[tuple[int, int, str]] = []
+        # What the first cell says while the session starts: a cold compile cache takes about
+        # a minute once per machine, which should never look like a hang.
+        self._preparing = _preparing_notice()
         self._ready = threading.Thread(target=self.repl.initialize, name="sandbox-kernel-start")
         self._ready.daemon = True
         self._ready.start()
@@ -132,6 +150,8 @@ class SandboxKernel(Kernel):
         handled = magics.handle(self, code)
         if handled is not None:
             return self._magic_reply(handled, count, silent)
+        if self._preparing and self._ready.is_alive() and not silent:
+            self._stream("stderr", self._preparing)
         await asyncio.to_thread(self._ready.join)
         self._silent = silent
         before = snapshot(self.settings.workspace)

