@@ -10,6 +10,7 @@ Must not import: wasmtime (the kernel knows only the REPL).
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import threading
 from typing import Any
@@ -22,6 +23,7 @@ from sandbox_kernel.kernel import magics, messages
 from sandbox_kernel.kernel.runlog import RunLog
 from sandbox_kernel.kernel.settings import KernelSettings
 from sandbox_kernel.kernel.streams import StreamPublisher
+from sandbox_kernel.llm import provider_from_env
 from sandbox_kernel.repl.models import CodeExecution, ExecutionStatus
 from sandbox_kernel.repl.sandbox import ReplSandbox
 
@@ -79,7 +81,11 @@ class SandboxKernel(Kernel):
         self.settings = KernelSettings.from_environment()
         self.runlog = RunLog(self.settings.run_log)
         self.repl = ReplSandbox(
-            self.settings.repl_config(on_display=self._display, on_input=self._input)
+            self.settings.repl_config(
+                on_display=self._display,
+                on_input=self._input,
+                on_llm_query=provider_from_env(os.environ),
+            )
         )
         self._silent = False
         self._history: list[tuple[int, int, str]] = []
