@@ -144,7 +144,6 @@ class GuestSession:
         self._in_turn = threading.Event()
         self._store: wasmtime.Store | None = None
         self._instance: wasmtime.Instance | None = None
-        self._guard = RunGuard(config.guard, deadline=None, cancel=threading.Event())
         self._base = 0  # host address of linear memory, for the soft-interrupt write
         self._fresh_instance()
 
@@ -193,10 +192,6 @@ class GuestSession:
         # the collector, kept about 1 MB of wasmtime's native memory per closed session.
         self._guard.door = None
         self._handler = None
-
-    @property
-    def alive(self) -> bool:
-        return self._store is not None
 
     def _live(self) -> tuple[wasmtime.Store, wasmtime.Memory]:
         if self._store is None or self._instance is None:

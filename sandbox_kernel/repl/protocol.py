@@ -5,7 +5,7 @@ the WebAssembly guest, a JSON-RPC 2.0 request over stdio in the native backend):
 object with an "op" and its fields. Every answer is a JSON object too: either {"ok": ...} with
 the op's value or {"error": {"type": T, "message": M}}, which the guest raises as an exception
 of that type (T in ERROR_TYPES; anything else becomes RuntimeError). A context payload is the
-one binary answer (see OP_CONTEXT).
+one binary answer (see `context` below).
 
 Guest -> host requests (the driver's side is sandbox_kernel/guest/driver.py):
 
@@ -54,7 +54,6 @@ __all__ = [
 ]
 
 DRIVER_NAME: Final = "__sandbox_kernel__"
-OP_CONTEXT: Final = "context"
 # Exception types a host answer may ask the guest to raise; anything else is RuntimeError.
 ERROR_TYPES: Final = frozenset(
     {

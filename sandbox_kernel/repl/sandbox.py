@@ -21,6 +21,7 @@ from __future__ import annotations
 import atexit
 import concurrent.futures
 import contextlib
+import functools
 import importlib.resources
 import tempfile
 import threading
@@ -79,12 +80,14 @@ GUEST_MODULES = (
 )
 
 
+@functools.cache
 def driver_source() -> str:
     """All guest sources, for keys that must change when any of them does."""
     files = importlib.resources.files("sandbox_kernel.guest")
     return "\n".join(files.joinpath(name).read_text() for _, name in GUEST_MODULES)
 
 
+@functools.cache
 def install_source() -> str:
     """The turn that loads the guest modules and installs the driver (the sources are ours)."""
     files = importlib.resources.files("sandbox_kernel.guest")
@@ -356,7 +359,7 @@ class ReplSandbox:
         return {
             **self._totals,
             "memory_bytes": session.memory_bytes() if session is not None else 0,
-            "image": python_image().binary.name,
+            "image": session.image.binary.name if session is not None else None,
             "rollbacks": self.rollbacks,
         }
 
