@@ -10,7 +10,6 @@ Must not import: wasmtime (the kernel knows only the REPL).
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import threading
 from typing import Any
@@ -23,7 +22,7 @@ from sandbox_kernel.kernel import magics, messages
 from sandbox_kernel.kernel.runlog import RunLog
 from sandbox_kernel.kernel.settings import KernelSettings
 from sandbox_kernel.kernel.streams import StreamPublisher
-from sandbox_kernel.llm import provider_from_env
+from sandbox_kernel.llm import LLMConfigError, LLMService
 from sandbox_kernel.repl.models import CodeExecution, ExecutionStatus
 from sandbox_kernel.repl.sandbox import ReplSandbox
 
@@ -80,13 +79,13 @@ class SandboxKernel(Kernel):
         super().__init__(**kwargs)
         self.settings = KernelSettings.from_environment()
         self.runlog = RunLog(self.settings.run_log)
-        self.repl = ReplSandbox(
-            self.settings.repl_config(
-                on_display=self._display,
-                on_input=self._input,
-                on_llm_query=provider_from_env(os.environ),
-            )
-        )
+        self.llm = self._llm_service()
+        config = self.settings.repl_config(on_display=self._display, on_input=self._input)
+        if self.llm is not None:
+            config = self.llm.configure(config)
+        elif self.settings.llm_error is not None:
+            config.on_llm_query = config.on_rlm_query = self._llm_unusable
+        self.repl = ReplSandbox(config)
         self._silent = False
         self._history: list[tuple[int, int, str]] = []
         # What the first cell says while the session starts: a cold compile cache takes about
@@ -95,6 +94,17 @@ class SandboxKernel(Kernel):
         self._ready = threading.Thread(target=self.repl.initialize, name="sandbox-kernel-start")
         self._ready.daemon = True
         self._ready.start()
+
+    def _llm_service(self) -> LLMService | None:
+        """The model behind llm_query and rlm_query; each rlm_query step goes to the run log."""
+        try:
+            return self.settings.llm.service(on_step=self.runlog.record_step)
+        except LLMConfigError as exc:  # the kernel still starts; llm_query says what is wrong
+            self.settings = self.settings.model_copy(update={"llm_error": str(exc)})
+            return None
+
+    def _llm_unusable(self, *args: object) -> str:
+        raise LLMConfigError(self.settings.llm_error or "llm_query is not configured")
 
     # -- output from the running cell (called on the worker thread) --------------------------
 
@@ -270,4 +280,6 @@ class SandboxKernel(Kernel):
         self.repl.cancel()
         self._ready.join()
         self.repl.destroy()
+        if self.llm is not None:
+            self.llm.close()
         return {"status": "ok", "restart": restart}

@@ -13,7 +13,6 @@ Must not import: ipykernel (the kernel passes itself in).
 from __future__ import annotations
 
 import codeop
-import json
 import shlex
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -97,10 +96,34 @@ def _sandbox(kernel: SandboxKernel, args: str) -> str:
         f"executions: {usage['executions']}  rollbacks: {repl.rollbacks}",
         f"fuel used: {usage['fuel_consumed']:,}  time: {usage['duration_ms'] / 1000:.2f} s",
         f"memory: {usage['memory_bytes']:,} of {repl.config.policy.memory_bytes:,} bytes",
-        f"bridge calls: {json.dumps(repl.bridge.usage)}",
+        _llm_line(kernel),
         f"run log: {kernel.runlog.path}",
     ]
     return "\n".join(lines) + "\n"
+
+
+def _llm_line(kernel: SandboxKernel) -> str:
+    service = kernel.llm
+    if service is None:
+        return f"llm: {kernel.settings.llm_error or 'not configured (SANDBOX_KERNEL_LLM_*)'}"
+    used, budget = service.meter.read(), service.meter.budget
+    approx = "~" if used.tokens_estimated else ""
+    text = (
+        f"llm: {service.provider.name}, {used.calls} calls ({used.failed_calls} failed), "
+        f"{used.rlm_calls} rlm_query, {used.prompt_chars:,} prompt chars, "
+        f"{approx}{used.input_tokens:,} tokens in / {approx}{used.output_tokens:,} out, "
+        f"{used.seconds:.2f} s"
+    )
+    caps = [
+        f"{name} {value:,}"
+        for name, value in (
+            ("calls", budget.max_calls),
+            ("prompt chars", budget.max_prompt_chars),
+            ("tokens", budget.max_tokens),
+        )
+        if value is not None
+    ]
+    return text + (f"; budget: {', '.join(caps)}" if caps else "")
 
 
 def _who(kernel: SandboxKernel, args: str) -> str:

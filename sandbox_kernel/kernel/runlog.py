@@ -1,7 +1,9 @@
 """The run log: one JSON line per execution of a workspace, for a person to audit later.
 
 Each line: time, execution count, the code, status, the limit hit (if any), fuel, duration,
-output bytes, files changed, rolled back or not. Written by the host only: the file lives
+output bytes, files changed, rolled back or not, and the model calls it made. Each step of an
+rlm_query loop is a line of its own, "event": "rlm_step" (prompt size, the code the model
+wrote, output size, tokens), written as it happens. Written by the host only: the file lives
 outside the workspace (see settings.py), and is still opened without following links.
 
 Must not import: anything Jupyter.
@@ -17,6 +19,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from sandbox_kernel.llm.rlm import RLMStep
 from sandbox_kernel.repl.models import CodeExecution
 
 __all__ = ["RunLog"]
@@ -29,7 +32,7 @@ class RunLog:
 
     def record(self, code: str, execution: CodeExecution, **extra: Any) -> None:
         entry = {
-            "ts": datetime.now(UTC).isoformat(timespec="milliseconds"),
+            "ts": _now(),
             "execution_count": execution.execution_count,
             "code": code,
             "status": execution.status.value,
@@ -40,8 +43,15 @@ class RunLog:
             "stderr_bytes": len(execution.stderr.encode()),
             "truncated": execution.truncated,
             "rolled_back": execution.rolled_back,
+            "llm": execution.llm.model_dump() if execution.llm is not None else None,
             **extra,
         }
+        self._write(entry)
+
+    def record_step(self, step: RLMStep) -> None:
+        self._write({"ts": _now(), "event": "rlm_step", **step.model_dump()})
+
+    def _write(self, entry: dict[str, Any]) -> None:
         line = json.dumps(entry, ensure_ascii=False, default=str) + "\n"
         with self._lock:
             self._append(line.encode("utf-8"))
@@ -61,3 +71,7 @@ class RunLog:
                 out.write(data)
         finally:
             os.close(dir_fd)
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds")

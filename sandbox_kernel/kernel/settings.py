@@ -8,6 +8,8 @@
                               folder (never inside the workspace, which the guest can write)
     SANDBOX_KERNEL_WARM_MODULES  modules pre-imported in the warm-start image, comma-separated
                               (default numpy,pandas; empty for none)
+    SANDBOX_KERNEL_LLM_*      the model behind llm_query and rlm_query (see llm/config.py);
+                              also an [llm] table in the policy file
 
 The kernel's defaults suit notebooks (importing pandas within the fuel budget, room for
 DataFrames, numpy and pandas pre-imported); the library keeps the seeds' defaults.
@@ -25,6 +27,8 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from sandbox_kernel.core.policy import ExecutionPolicy, load_policy
+from sandbox_kernel.llm.config import LLMSettings
+from sandbox_kernel.llm.errors import LLMConfigError
 from sandbox_kernel.repl.models import REPLConfig
 
 __all__ = ["NOTEBOOK_DEFAULTS", "KernelSettings"]
@@ -46,6 +50,8 @@ class KernelSettings(BaseModel):
     workspace: Path
     run_log: Path
     warm_start_modules: tuple[str, ...] = WARM_MODULES
+    llm: LLMSettings = LLMSettings()
+    llm_error: str | None = None  # why the LLM settings could not be used (shown by llm_query)
 
     @classmethod
     def from_environment(
@@ -60,12 +66,19 @@ class KernelSettings(BaseModel):
         run_log = Path(env.get("SANDBOX_KERNEL_RUN_LOG") or _run_log_for(policy.mount_host_dir))
         modules = env.get("SANDBOX_KERNEL_WARM_MODULES")
         warm = tuple(m.strip() for m in modules.split(",") if m.strip()) if modules else None
+        llm, llm_error = LLMSettings(), None
+        try:
+            llm = LLMSettings.load(source, env)
+        except LLMConfigError as exc:  # the kernel still starts; llm_query says what is wrong
+            llm_error = str(exc)
         return cls(
             policy=policy,
             policy_source=source,
             workspace=policy.mount_host_dir,
             run_log=run_log,
             warm_start_modules=WARM_MODULES if warm is None else warm,
+            llm=llm,
+            llm_error=llm_error,
         )
 
     def repl_config(self, **callbacks: object) -> REPLConfig:

@@ -1,30 +1,32 @@
-"""An OpenAI-compatible Chat Completions client (OpenAI, vLLM, Ollama, llama.cpp server).
+"""An OpenAI-compatible Chat Completions provider (OpenAI, vLLM, Ollama, llama.cpp server).
 
-    provider = OpenAICompatibleProvider(base_url, model, api_key)
-    provider("Summarise: ...")   # -> the first choice's message content
+    provider = OpenAICompatibleProvider("http://127.0.0.1:8000/v1", "my-model", api_key)
+    provider.complete([{"role": "user", "content": "Summarise: ..."}]).text
+    provider("Summarise: ...")   # the same, for one question
 
-Standard library only (urllib). The API key goes in the Authorization header and nowhere
-else: not in errors, not in logs, never into a guest. Failures are `LLMError` with a message a
-person can act on (the bridge shows it inside the guest as a RuntimeError).
+POST {base_url}/chat/completions with `Authorization: Bearer KEY` (omitted without a key, as
+local servers want). The key lives in this object and the Authorization header only: not in
+its repr, not in errors, never in a guest.
 
-Must not import: wasmtime, anything Jupyter.
+Must not import: wasmtime, anything Jupyter, sandbox_kernel.repl.
 """
 
 from __future__ import annotations
 
-import json
-import urllib.error
-import urllib.request
-from collections.abc import Mapping
+from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["LLMError", "OpenAICompatibleProvider", "provider_from_env"]
+from sandbox_kernel.llm.base import ChatMessage, Completion, reported_tokens, user
+from sandbox_kernel.llm.errors import LLMConfigError, LLMRefusalError, LLMResponseError
+from sandbox_kernel.llm.http import JsonPoster, RetryPolicy
 
-ENV_PREFIX = "SANDBOX_KERNEL_LLM_"
+__all__ = ["OpenAICompatibleProvider", "check_base_url"]
 
 
-class LLMError(RuntimeError):
-    """The model could not answer (unreachable, refused, malformed reply)."""
+def check_base_url(base_url: str) -> str:
+    if not base_url.startswith(("http://", "https://")):
+        raise LLMConfigError(f"base_url must be an http(s) URL, not {base_url!r}")
+    return base_url.rstrip("/")
 
 
 class OpenAICompatibleProvider:
@@ -33,53 +35,56 @@ class OpenAICompatibleProvider:
         base_url: str,
         model: str,
         api_key: str | None = None,
-        timeout_seconds: float = 60.0,
+        *,
+        retry: RetryPolicy | None = None,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
     ) -> None:
-        if not base_url.startswith(("http://", "https://")):
-            raise ValueError(f"base_url must be an http(s) URL, not {base_url!r}")
-        self.url = base_url.rstrip("/") + "/chat/completions"
+        self.url = check_base_url(base_url) + "/chat/completions"
         self.model = model
+        self.name = f"openai:{model}"
+        self.max_tokens = max_tokens
+        self.temperature = temperature
         self._api_key = api_key
-        self.timeout_seconds = timeout_seconds
+        self._poster = JsonPoster(retry or RetryPolicy(), secret=api_key)
 
     def __repr__(self) -> str:  # never shows the key
         return f"OpenAICompatibleProvider(url={self.url!r}, model={self.model!r})"
 
     def __call__(self, prompt: str) -> str:
-        body = {"model": self.model, "messages": [{"role": "user", "content": prompt}]}
-        headers = {"Content-Type": "application/json"}
-        if self._api_key:
-            headers["Authorization"] = f"Bearer {self._api_key}"
-        request = urllib.request.Request(
-            self.url, data=json.dumps(body).encode(), headers=headers, method="POST"
-        )
-        try:
-            with urllib.request.urlopen(request, timeout=self.timeout_seconds) as response:
-                reply: Any = json.loads(response.read())
-        except urllib.error.HTTPError as exc:
-            exc.close()  # the error holds the response: release its socket
-            raise LLMError(f"the model server answered HTTP {exc.code} ({exc.reason})") from None
-        except (urllib.error.URLError, TimeoutError, OSError) as exc:
-            raise LLMError(f"the model server at {self.url} is unreachable: {exc}") from None
-        except ValueError:
-            raise LLMError("the model server's reply is not JSON") from None
-        return _content(reply)
+        return self.complete(user(prompt)).text
+
+    def close(self) -> None:
+        self._poster.close()
+
+    def complete(self, messages: Sequence[ChatMessage]) -> Completion:
+        body: dict[str, Any] = {"model": self.model, "messages": list(messages)}
+        if self.max_tokens is not None:
+            body["max_tokens"] = self.max_tokens
+        if self.temperature is not None:
+            body["temperature"] = self.temperature
+        headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
+        return _completion(self._poster.post(self.url, body, headers))
 
 
-def _content(reply: Any) -> str:
+def _completion(reply: Any) -> Completion:
     try:
-        content = reply["choices"][0]["message"]["content"]
+        choice = reply["choices"][0]
+        message = choice["message"]
     except (KeyError, IndexError, TypeError):
-        raise LLMError("the model server's reply has no choices[0].message.content") from None
+        raise LLMResponseError("the model server's reply has no choices[0].message") from None
+    refusal = message.get("refusal") if isinstance(message, dict) else None
+    if refusal:
+        raise LLMRefusalError(f"the model declined: {str(refusal)[:300]}")
+    if choice.get("finish_reason") == "content_filter":
+        raise LLMRefusalError("the model server's content filter withheld the answer")
+    content = message.get("content") if isinstance(message, dict) else None
     if not isinstance(content, str):
-        raise LLMError("the model server's reply content is not text")
-    return content
-
-
-def provider_from_env(environ: Mapping[str, str]) -> OpenAICompatibleProvider | None:
-    """SANDBOX_KERNEL_LLM_BASE_URL (+ _MODEL, _API_KEY) -> a provider; None when unset."""
-    base_url = environ.get(f"{ENV_PREFIX}BASE_URL")
-    if not base_url:
-        return None
-    model = environ.get(f"{ENV_PREFIX}MODEL") or "default"
-    return OpenAICompatibleProvider(base_url, model, environ.get(f"{ENV_PREFIX}API_KEY"))
+        raise LLMResponseError("the model server's reply content is not text")
+    usage: dict[str, Any] = reply["usage"] if isinstance(reply.get("usage"), dict) else {}
+    return Completion(
+        text=content,
+        input_tokens=reported_tokens(usage.get("prompt_tokens")),
+        output_tokens=reported_tokens(usage.get("completion_tokens")),
+        model=reply.get("model") if isinstance(reply.get("model"), str) else None,
+    )

@@ -23,12 +23,28 @@ from sandbox_kernel.repl import protocol
 from sandbox_kernel.repl.models import REPLConfig
 from sandbox_kernel.repl.protocol import CellReply, error_answer, ok_answer
 
-__all__ = ["Bridge", "LineSplitter", "escalate_after"]
+__all__ = ["Bridge", "LineSplitter", "escalate_after", "stop_check"]
 
 _WAIT_SLICE_SECONDS = 0.01
 # The driver's own bookkeeping (a cell's source and report, values, context): never counted
 # against the per-execution budgets, so a cell that spent them can still report.
 _BOOKKEEPING = frozenset({"hello", "source", "done", "value", "context"})
+# The bridge whose request a callback is answering (set in the callback's context).
+_SERVING: contextvars.ContextVar[Bridge | None] = contextvars.ContextVar(
+    "sandbox_kernel_serving", default=None
+)
+
+
+def stop_check() -> Callable[[], bool]:
+    """For a bridge callback that works long (an rlm_query loop runs a whole session): a check
+    that turns True once the execution it answers was interrupted or ran out of time. Called
+    outside a callback, a check that stays False."""
+    bridge = _SERVING.get()
+    if bridge is None:
+        return lambda: False
+    deadline = bridge.deadline
+    soft, hard = bridge.soft_cancel, bridge.hard_cancel
+    return lambda: soft.is_set() or hard.is_set() or time.monotonic() >= deadline
 
 
 class LineSplitter:
@@ -79,7 +95,6 @@ class Bridge:
         self.values: dict[str, tuple[bool, Any]] = {}
         self.calls = 0
         self.bytes = 0
-        self.usage = {"llm_calls": 0, "rlm_calls": 0}
 
     def begin(self, timeout_seconds: float) -> None:
         """A new execution: fresh budgets, deadline and cancel state."""
@@ -181,8 +196,11 @@ class Bridge:
         """Run `work` on a helper thread, waiting in slices as `_op_sleep` does."""
         pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
         try:
-            # The callback sees the caller's context variables (Jupyter's parent message).
-            future = pool.submit(contextvars.copy_context().run, work)
+            # The callback sees the caller's context variables (Jupyter's parent message), and
+            # which bridge it serves (stop_check).
+            context = contextvars.copy_context()
+            context.run(_SERVING.set, self)
+            future = pool.submit(context.run, work)
             while True:
                 try:
                     return future.result(timeout=_WAIT_SLICE_SECONDS)
@@ -208,7 +226,6 @@ class Bridge:
         if callback is None:
             return error_answer("RuntimeError", "llm_query is not configured for this session")
         prompt = str(request.get("prompt", ""))
-        self.usage["llm_calls"] += 1
         return self._answer(lambda: callback(prompt), "llm_query", str)
 
     def _op_llm_query_batched(self, request: dict[str, Any]) -> bytes:
@@ -216,7 +233,6 @@ class Bridge:
         if callback is None:
             return error_answer("RuntimeError", "llm_query is not configured for this session")
         prompts = [str(p) for p in request.get("prompts") or []]
-        self.usage["llm_calls"] += len(prompts)
 
         def all_answers() -> list[str]:
             workers = max(1, min(self.config.llm_concurrency, len(prompts)))
@@ -231,7 +247,6 @@ class Bridge:
             return error_answer("RuntimeError", "rlm_query is not configured for this session")
         task = str(request.get("task", ""))
         ctx = request.get("ctx") if request.get("has_ctx") else self._context()
-        self.usage["rlm_calls"] += 1
         return self._answer(lambda: callback(task, ctx), "rlm_query", str)
 
     def _answer(

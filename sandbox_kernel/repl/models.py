@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 
 from sandbox_kernel.core.policy import ExecutionPolicy
+from sandbox_kernel.core.usage import LLMUsage
 
 __all__ = ["CodeExecution", "ExecutionStatus", "REPLConfig"]
 
@@ -56,6 +57,9 @@ class REPLConfig(BaseModel):
     on_rlm_query: Callable[[str, Any], str] | None = None
     on_input: Callable[[str, bool], str] | None = None  # (prompt, password) -> line
     on_display: Callable[[dict[str, Any], dict[str, Any]], None] | None = None
+    # The running total of the session's model usage (LLMService.configure sets it): each
+    # execution reports the difference as CodeExecution.llm.
+    llm_usage: Callable[[], LLMUsage] | None = None
 
 
 class CodeExecution(BaseModel):
@@ -77,6 +81,7 @@ class CodeExecution(BaseModel):
     truncated: bool = False
     rolled_back: bool = False
     execution_count: int = 0
+    llm: LLMUsage | None = None  # model calls made by this execution (when a model is set)
 
     @property
     def ok(self) -> bool:

@@ -44,7 +44,7 @@ from sandbox_kernel.repl.bridges import Bridge, LineSplitter, escalate_after
 from sandbox_kernel.repl.models import CodeExecution, ExecutionStatus, REPLConfig
 from sandbox_kernel.repl.native_process import Child, Ended
 from sandbox_kernel.repl.protocol import DRIVER_NAME
-from sandbox_kernel.repl.results import execution_from_reply, stopped_execution
+from sandbox_kernel.repl.results import UsageReading, execution_from_reply, stopped_execution
 
 __all__ = ["NativeReplSandbox"]
 
@@ -221,6 +221,10 @@ class NativeReplSandbox:
     def execute(self, code: str) -> CodeExecution:
         if not isinstance(code, str):
             raise TypeError(f"code must be str, not {type(code).__name__}")
+        reading = UsageReading(self.config.llm_usage)
+        return reading.attach(self._execute(code))
+
+    def _execute(self, code: str) -> CodeExecution:
         with self._lock:
             self._check_usable()
             if self._child is None:

@@ -5,15 +5,17 @@ Must not import: wasmtime, anything Jupyter.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from sandbox_kernel.core.usage import LLMUsage
 from sandbox_kernel.repl.models import CodeExecution, ExecutionStatus
 from sandbox_kernel.repl.protocol import CellReply
 
 if TYPE_CHECKING:
     from sandbox_kernel.host.session import TurnOutcome
 
-__all__ = ["execution_from_reply", "stopped_execution"]
+__all__ = ["UsageReading", "execution_from_reply", "stopped_execution"]
 
 
 def execution_from_reply(reply: CellReply, outcome: TurnOutcome, number: int) -> CodeExecution:
@@ -61,3 +63,17 @@ def stopped_execution(
         rolled_back=rolled_back,
         execution_count=number,
     )
+
+
+class UsageReading:
+    """The session's model usage when an execution starts; `attach` puts the difference at
+    its end into the execution's result (nothing when no model is configured)."""
+
+    def __init__(self, probe: Callable[[], LLMUsage] | None) -> None:
+        self._probe = probe
+        self._before = probe() if probe is not None else None
+
+    def attach(self, execution: CodeExecution) -> CodeExecution:
+        if self._probe is None or self._before is None:
+            return execution
+        return execution.model_copy(update={"llm": self._probe() - self._before})

@@ -45,7 +45,7 @@ from sandbox_kernel.repl import warm
 from sandbox_kernel.repl.bridges import Bridge, LineSplitter, escalate_after
 from sandbox_kernel.repl.models import CodeExecution, ExecutionStatus, REPLConfig
 from sandbox_kernel.repl.protocol import DRIVER_NAME
-from sandbox_kernel.repl.results import execution_from_reply, stopped_execution
+from sandbox_kernel.repl.results import UsageReading, execution_from_reply, stopped_execution
 from sandbox_kernel.runtimes.base import limits_from_policy
 
 __all__ = ["ReplSandbox"]
@@ -171,7 +171,8 @@ class ReplSandbox:
         )
         image = python_image()
         self._session = GuestSession(image, config, self.bridge)
-        saved = warm.load(image, driver_source(), self.config.warm_start_modules)
+        layout = warm.layout_of(preopens)  # an image is only valid for the same folders
+        saved = warm.load(image, driver_source(), self.config.warm_start_modules, layout)
         if saved is not None and len(saved.data) <= policy.memory_bytes:
             self._session.restore(saved)
             return
@@ -181,7 +182,8 @@ class ReplSandbox:
         if self.config.warm_start_modules:
             modules = ", ".join(self.config.warm_start_modules)
             self._setup_turn(f"import {modules}")
-            warm.save(image, driver_source(), self.config.warm_start_modules, self._session)
+            wanted = self.config.warm_start_modules
+            warm.save(image, driver_source(), wanted, self._session, layout)
 
     def _setup_turn(self, source: str) -> None:
         """A turn of ours (driver install, context, warm imports): it must succeed."""
@@ -229,6 +231,15 @@ class ReplSandbox:
         callbacks for this execution only (a kernel routes each cell's output to its request)."""
         if not isinstance(code, str):
             raise TypeError(f"code must be str, not {type(code).__name__}")
+        reading = UsageReading(self.config.llm_usage)
+        return reading.attach(self._execute(code, on_stdout, on_stderr))
+
+    def _execute(
+        self,
+        code: str,
+        on_stdout: Callable[[str], None] | None,
+        on_stderr: Callable[[str], None] | None,
+    ) -> CodeExecution:
         with self._lock:
             if self._session is None and not self._destroyed:
                 self.initialize()

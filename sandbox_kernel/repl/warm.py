@@ -1,8 +1,11 @@
 """Warm-start images: a session's memory with the driver installed and modules imported, saved
 once on disk so later sessions start with `import pandas` already paid for.
 
-An image is keyed by the guest binary's digest, the driver's source and the module list, so
-any change to one of them makes a new image. Files live in the private cache folder (0700),
+An image is keyed by the guest binary's digest, the driver's source, the module list and the
+session's folder layout, so any change to one of them makes a new image. The layout matters:
+wasi-libc reads the preopened folders once at start and keeps the table in linear memory, so
+an image made with /app and /tmp restored into a session that also has /data would show /data
+missing and /tmp as the data folder. Files live in the private cache folder (0700),
 written atomically; a damaged or foreign file is ignored, never trusted.
 
 Must not import: wasmtime, anything Jupyter.
@@ -13,29 +16,42 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sandbox_kernel.host.artifacts import PythonImage, sha256_of
 from sandbox_kernel.host.engine import cache_dir, write_atomically
 from sandbox_kernel.host.session import GuestSession, MemoryImage
 
-__all__ = ["load", "save"]
+if TYPE_CHECKING:
+    from sandbox_kernel.host.wasi_config import Preopen
+
+__all__ = ["Layout", "layout_of", "load", "save"]
 
 
-def _paths(image: PythonImage, driver: str, modules: tuple[str, ...]) -> tuple[Path, Path]:
-    material = json.dumps(
-        [image.binary_sha256, hashlib.sha256(driver.encode()).hexdigest(), modules]
-    )
+Layout = tuple[tuple[str, bool], ...]
+"""The session's preopened folders in order: (guest path, writable)."""
+
+
+def _paths(
+    image: PythonImage, driver: str, modules: tuple[str, ...], layout: Layout
+) -> tuple[Path, Path]:
+    digest = hashlib.sha256(driver.encode()).hexdigest()
+    material = json.dumps([image.binary_sha256, digest, modules, [list(p) for p in layout]])
     key = hashlib.sha256(material.encode()).hexdigest()[:32]
     folder = cache_dir() / "warm"
     return folder / f"{key}.mem", folder / f"{key}.json"
 
 
-def load(image: PythonImage, driver: str, modules: tuple[str, ...]) -> MemoryImage | None:
-    """The saved image for these modules, or None (none saved, or not ours, or damaged)."""
+def load(
+    image: PythonImage, driver: str, modules: tuple[str, ...], layout: Layout = ()
+) -> MemoryImage | None:
+    """The saved image for these modules and this folder layout, or None (none saved, or not
+    ours, or damaged)."""
     if not modules:
         return None
-    data_path, meta_path = _paths(image, driver, modules)
+    data_path, meta_path = _paths(image, driver, modules, layout)
     try:
         meta = json.loads(meta_path.read_text())
         if data_path.is_symlink() or data_path.stat().st_uid != os.getuid():
@@ -50,10 +66,16 @@ def load(image: PythonImage, driver: str, modules: tuple[str, ...]) -> MemoryIma
     return MemoryImage(data, flag if isinstance(flag, int) else None)
 
 
-def save(image: PythonImage, driver: str, modules: tuple[str, ...], session: GuestSession) -> None:
-    """Save the idle session's memory as the warm image for these modules."""
+def save(
+    image: PythonImage,
+    driver: str,
+    modules: tuple[str, ...],
+    session: GuestSession,
+    layout: Layout = (),
+) -> None:
+    """Save the idle session's memory as the warm image for these modules and this layout."""
     captured = session.capture()
-    data_path, meta_path = _paths(image, driver, modules)
+    data_path, meta_path = _paths(image, driver, modules, layout)
     data_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     meta = {
         "sha256": hashlib.sha256(captured.data).hexdigest(),
@@ -62,3 +84,8 @@ def save(image: PythonImage, driver: str, modules: tuple[str, ...], session: Gue
     }
     write_atomically(data_path, captured.data)
     write_atomically(meta_path, json.dumps(meta).encode())
+
+
+def layout_of(preopens: Sequence[Preopen]) -> Layout:
+    """The part of a session's folders that its memory image depends on (not host paths)."""
+    return tuple((p.guest, p.writable) for p in preopens)
