@@ -94,7 +94,10 @@ class CellReply(BaseModel):
 
 def decode_request(frame: bytes) -> dict[str, Any]:
     """A request frame as a dict with an "op"; ValueError for anything else."""
-    request = json.loads(frame.decode("utf-8"))
+    try:
+        request = json.loads(frame.decode("utf-8"))
+    except RecursionError:  # the host's parser must not be the guest's stack to exhaust
+        raise ValueError("a door request is nested too deeply") from None
     if not isinstance(request, dict) or not isinstance(request.get("op"), str):
         raise ValueError("a door request is a JSON object with an 'op'")
     return request

@@ -165,6 +165,10 @@ def test_a_cell_that_caught_a_call_refusal_keeps_its_outcome(door: Door) -> None
         b'{"op":"display","data":[1]}',
         b'{"op":"llm_query","prompt":{"not":"str"}}',
         b'{"op":"context","extra":' + b"1" * 10_000 + b"}",
+        b'{"op":"rlm_query","task":"t","has_ctx":true,"ctx":'
+        + b"[" * 200_000
+        + b"]" * 200_000
+        + b"}",
     ],
     ids=[
         "not-json",
@@ -185,6 +189,7 @@ def test_a_cell_that_caught_a_call_refusal_keeps_its_outcome(door: Door) -> None
         "display-list",
         "prompt-dict",
         "long-number",
+        "deeply-nested",
     ],
 )
 def test_a_malformed_frame_is_answered_or_raises(door: Door, frame: bytes) -> None:
