@@ -62,7 +62,25 @@ class ScriptRule(BaseModel):
             return self.reply
         flags = re.DOTALL | (re.IGNORECASE if self.ignore_case else 0)
         match = re.search(self.when, text, flags)
-        return match.expand(self.reply) if match else None
+        return None if match is None else _expand(self.reply, match)
+
+
+_GROUP_REFERENCE = re.compile(r"\\(\d{1,2})|\\g<(\w+)>")
+
+
+def _expand(reply: str, match: re.Match[str]) -> str:
+    """`reply` with \\1 or \\g<name> replaced by the match's groups; every other backslash
+    stays as written (a reply is often code, full of regular expressions of its own)."""
+
+    def group(reference: re.Match[str]) -> str:
+        number, name = reference.groups()
+        try:
+            value = match.group(int(number) if number else name)
+        except IndexError:  # no such group: the text stays as written
+            return reference.group()
+        return value or ""
+
+    return _GROUP_REFERENCE.sub(group, reply)
 
 
 class _Script(BaseModel):

@@ -63,7 +63,15 @@ class LLMService:
         """One metered model call: LLMBudgetExceeded before a call over budget."""
         prompt_chars = sum(len(m["content"]) for m in messages)
         with self.meter.call(prompt_chars) as record:
-            completion = self.provider.complete(messages)
+            try:
+                completion = self.provider.complete(messages)
+            except LLMError:
+                raise
+            except Exception as exc:  # a provider's own bug still reads as the model failing
+                name = self.provider.name
+                raise LLMError(
+                    f"the provider {name!r} failed: {type(exc).__name__}: {exc}"
+                ) from exc
             if not isinstance(completion, Completion):
                 kind = type(completion).__name__
                 raise LLMError(f"provider {self.provider.name!r} returned {kind}")

@@ -12,6 +12,7 @@ from sandbox_kernel.llm import (
     LLMConfigError,
     LLMError,
     LLMRefusalError,
+    LLMService,
     ScriptedProvider,
     load_function,
 )
@@ -28,6 +29,22 @@ def test_first_matching_rule_answers_with_its_groups() -> None:
     assert provider("What is the capital of Peru?") == "I do not know Peru."
     assert provider("something else") == "fallback"
     assert len(provider.conversations) == 2
+
+
+def test_backslashes_other_than_group_references_stay_as_written() -> None:
+    provider = ScriptedProvider([{"when": r"find (\w+)", "reply": r"re.findall(r'\w+ \1', t) \3"}])
+    assert provider("find region") == r"re.findall(r'\w+ region', t) \3"
+
+
+def test_a_broken_provider_is_an_llm_error_to_the_service() -> None:
+    class Broken:
+        name = "broken"
+
+        def complete(self, messages: object) -> Completion:
+            raise ZeroDivisionError("oops")
+
+    with pytest.raises(LLMError, match=r"provider 'broken' failed: ZeroDivisionError: oops"):
+        LLMService(Broken()).query("hi")
 
 
 def test_only_the_last_user_message_is_matched() -> None:
