@@ -95,6 +95,7 @@ class Bridge:
         self.values: dict[str, tuple[bool, Any]] = {}
         self.calls = 0
         self.bytes = 0
+        self._helper: concurrent.futures.ThreadPoolExecutor | None = None
 
     def begin(self, timeout_seconds: float) -> None:
         """A new execution: fresh budgets, deadline and cancel state."""
@@ -193,22 +194,43 @@ class Bridge:
         return None
 
     def _wait_for(self, work: Callable[[], Any]) -> Any:
-        """Run `work` on a helper thread, waiting in slices as `_op_sleep` does."""
-        pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+        """Run `work` on the helper thread, waiting in slices as `_op_sleep` does.
+
+        One helper thread serves the session's calls (a new thread per call cost 0.3 ms and,
+        on a busy machine, a few ms of scheduling); a call the guest stops waiting for (an
+        interrupt, the deadline) keeps that thread, and the next call gets a new one.
+        """
+        pool = self._helper
+        if pool is None:
+            pool = self._helper = concurrent.futures.ThreadPoolExecutor(1, "sandbox-kernel-bridge")
+        # The callback sees the caller's context variables (Jupyter's parent message), and
+        # which bridge it serves (stop_check).
+        context = contextvars.copy_context()
+        context.run(_SERVING.set, self)
+        future = pool.submit(context.run, work)
         try:
-            # The callback sees the caller's context variables (Jupyter's parent message), and
-            # which bridge it serves (stop_check).
-            context = contextvars.copy_context()
-            context.run(_SERVING.set, self)
-            future = pool.submit(context.run, work)
             while True:
                 try:
                     return future.result(timeout=_WAIT_SLICE_SECONDS)
                 except concurrent.futures.TimeoutError:
                     interrupted = self._check_waiting()
                     if interrupted is not None:
+                        self._abandon(pool)
                         return _Interrupted(interrupted)
-        finally:
+        except StopTurn:
+            self._abandon(pool)
+            raise
+
+    def _abandon(self, pool: concurrent.futures.ThreadPoolExecutor) -> None:
+        """Leave a call running on its own: its answer will be dropped."""
+        if self._helper is pool:
+            self._helper = None
+        pool.shutdown(wait=False, cancel_futures=True)
+
+    def close(self) -> None:
+        """Release the helper thread (the session is being destroyed)."""
+        pool, self._helper = self._helper, None
+        if pool is not None:
             pool.shutdown(wait=False, cancel_futures=True)
 
     def _op_input(self, request: dict[str, Any]) -> bytes:

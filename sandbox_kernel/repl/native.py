@@ -214,6 +214,7 @@ class NativeReplSandbox:
                 timer.cancel()
                 timer.join()
             self._discard(kill=False)
+            self.bridge.close()
             self._destroyed = True
 
     # -- executions --------------------------------------------------------------------------

@@ -215,6 +215,7 @@ class ReplSandbox:
                 self._scratch.cleanup()
                 self._scratch = None
             self._destroyed = True
+            self.bridge.close()
             self.bridge.replies.clear()
             self.bridge.values.clear()
 
