@@ -15,6 +15,7 @@ import pytest
 from sandbox_kernel import ExecutionPolicy, JavaScriptSandbox, PythonSandbox, SandboxLogger
 from sandbox_kernel.host.artifacts import javascript_image, python_image
 from sandbox_kernel.host.engine import get_engine
+from tests.llm.servers import ModelServer
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -53,3 +54,10 @@ def js(
     policy: ExecutionPolicy, workspace: Path, logger: SandboxLogger
 ) -> Iterator[JavaScriptSandbox]:
     yield JavaScriptSandbox(policy, workspace, logger)
+
+
+@pytest.fixture
+def model_server() -> Iterator[ModelServer]:
+    """A real model server on 127.0.0.1 speaking OpenAI and Anthropic (tests/llm/servers.py)."""
+    with ModelServer() as server:
+        yield server

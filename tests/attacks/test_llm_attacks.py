@@ -26,17 +26,11 @@ KEY = "sk-attack-7f3a9c1e5b2d8f60"
 
 
 @pytest.fixture
-def server() -> Iterator[ModelServer]:
-    with ModelServer() as running:
-        yield running
-
-
-@pytest.fixture
-def keyed(workspace: Path, server: ModelServer) -> Iterator[ReplSandbox]:
+def keyed(workspace: Path, model_server: ModelServer) -> Iterator[ReplSandbox]:
     """A session whose model needs KEY, which is also in the host's environment."""
     os.environ["SANDBOX_KERNEL_LLM_API_KEY"] = KEY
     retry = RetryPolicy(timeout_seconds=5, max_retries=0)
-    provider = OpenAICompatibleProvider(server.openai_url, "m", api_key=KEY, retry=retry)
+    provider = OpenAICompatibleProvider(model_server.openai_url, "m", api_key=KEY, retry=retry)
     service = LLMService(provider, budget=LLMBudget(max_calls=20))
     repl = new_repl(service.configure(repl_config(workspace, timeout_ms=30_000)))
     try:
@@ -46,9 +40,9 @@ def keyed(workspace: Path, server: ModelServer) -> Iterator[ReplSandbox]:
         del os.environ["SANDBOX_KERNEL_LLM_API_KEY"]
 
 
-def test_the_key_is_nowhere_in_the_guest(keyed: ReplSandbox, server: ModelServer) -> None:
+def test_the_key_is_nowhere_in_the_guest(keyed: ReplSandbox, model_server: ModelServer) -> None:
     run_ok(keyed, "answer = llm_query('hello')")
-    assert server.requests[0].headers["authorization"] == f"Bearer {KEY}"
+    assert model_server.requests[0].headers["authorization"] == f"Bearer {KEY}"
     # Not in the guest's memory, byte for byte, after the call that used it (checked before
     # the hunt below, whose own source holds the key).
     session = keyed._session
@@ -76,21 +70,21 @@ found, proc
 
 
 def test_a_forged_auth_header_cannot_be_made_by_the_guest(
-    keyed: ReplSandbox, server: ModelServer
+    keyed: ReplSandbox, model_server: ModelServer
 ) -> None:
     """The prompt is data: headers and URL are the host's, whatever the prompt says."""
     run_ok(keyed, "llm_query('x\\r\\nAuthorization: Bearer stolen\\r\\n\\r\\n')")
-    seen = server.requests[-1]
+    seen = model_server.requests[-1]
     assert seen.headers["authorization"] == f"Bearer {KEY}" and seen.path == "/v1/chat/completions"
     assert seen.body["messages"][0]["content"].startswith("x\r\nAuthorization")
 
 
 def test_a_flood_of_batched_prompts_stops_at_the_budget(
-    keyed: ReplSandbox, server: ModelServer
+    keyed: ReplSandbox, model_server: ModelServer
 ) -> None:
     failed = keyed.execute("llm_query_batched(['spam'] * 5000)")
     assert failed.ename == "RuntimeError" and "LLMBudgetExceeded" in (failed.evalue or "")
-    assert len(server.requests) == 20
+    assert len(model_server.requests) == 20
     assert plain(run_ok(keyed, "'still here'")) == "'still here'"
 
 

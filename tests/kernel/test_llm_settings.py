@@ -5,24 +5,17 @@ guest."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from tests.kernel.conftest import start_kernel
 from tests.llm.servers import ModelServer
 
 
-@pytest.fixture
-def server() -> Iterator[ModelServer]:
-    with ModelServer() as running:
-        yield running
-
-
-def test_kernel_answers_llm_query_from_the_environment(tmp_path: Path, server: ModelServer) -> None:
+def test_kernel_answers_llm_query_from_the_environment(
+    tmp_path: Path, model_server: ModelServer
+) -> None:
     env = {
-        "SANDBOX_KERNEL_LLM_BASE_URL": server.openai_url,
+        "SANDBOX_KERNEL_LLM_BASE_URL": model_server.openai_url,
         "SANDBOX_KERNEL_LLM_MODEL": "notebook-model",
         "SANDBOX_KERNEL_LLM_API_KEY": "sk-kernel-secret",
         "SANDBOX_KERNEL_LLM_MAX_CALLS": "3",
@@ -30,8 +23,8 @@ def test_kernel_answers_llm_query_from_the_environment(tmp_path: Path, server: M
     kernel = start_kernel(tmp_path / "llm", extra_env=env)
     try:
         assert kernel.run_ok("llm_query('hello')").result() == "'echo: hello'"
-        assert server.requests[0].body["model"] == "notebook-model"
-        assert server.requests[0].headers["authorization"] == "Bearer sk-kernel-secret"
+        assert model_server.requests[0].body["model"] == "notebook-model"
+        assert model_server.requests[0].headers["authorization"] == "Bearer sk-kernel-secret"
         leaked = kernel.run_ok("import os\nsorted(os.environ)").result()
         assert "SANDBOX_KERNEL_LLM" not in leaked and "sk-kernel-secret" not in leaked
         shown = kernel.run_ok("%sandbox").stream()

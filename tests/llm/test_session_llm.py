@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,28 +23,22 @@ from tests.repl.conftest import new_repl, plain, repl_config, run_ok
 KEY = "sk-session-secret-42"
 
 
-@pytest.fixture
-def server() -> Iterator[ModelServer]:
-    with ModelServer() as running:
-        yield running
-
-
 def session(
     workspace: Path,
-    server: ModelServer,
+    model_server: ModelServer,
     *,
     budget: LLMBudget | None = None,
     concurrency: int = 8,
     retry: RetryPolicy | None = None,
 ) -> ReplSandbox:
     retry = retry or RetryPolicy(timeout_seconds=5, max_retries=2, backoff_seconds=0.01)
-    provider = OpenAICompatibleProvider(server.openai_url, "m", api_key=KEY, retry=retry)
+    provider = OpenAICompatibleProvider(model_server.openai_url, "m", api_key=KEY, retry=retry)
     service = LLMService(provider, budget=budget, concurrency=concurrency)
     return new_repl(service.configure(repl_config(workspace, timeout_ms=30_000)))
 
 
-def test_llm_query_from_the_guest(workspace: Path, server: ModelServer) -> None:
-    repl = session(workspace, server)
+def test_llm_query_from_the_guest(workspace: Path, model_server: ModelServer) -> None:
+    repl = session(workspace, model_server)
     try:
         run_ok(repl, "kept = 'state before'")
         result = run_ok(repl, "answer = llm_query('What is 2+2?')\nanswer")
@@ -60,15 +53,15 @@ def test_llm_query_from_the_guest(workspace: Path, server: ModelServer) -> None:
 
 
 def test_batched_answers_come_back_in_order_within_the_bound(
-    workspace: Path, server: ModelServer
+    workspace: Path, model_server: ModelServer
 ) -> None:
-    server.delay = 0.05
-    repl = session(workspace, server, concurrency=4)
+    model_server.delay = 0.05
+    repl = session(workspace, model_server, concurrency=4)
     try:
         code = "answers = llm_query_batched([f'q{i}' for i in range(16)])"
         result = run_ok(repl, code)
         assert plain(run_ok(repl, "answers == [f'echo: q{i}' for i in range(16)]")) == "True"
-        assert server.peak_concurrency == 4
+        assert model_server.peak_concurrency == 4
         assert result.llm is not None and result.llm.calls == 16
     finally:
         repl.destroy()
@@ -85,11 +78,11 @@ def test_batched_answers_come_back_in_order_within_the_bound(
     ids=["401", "500-forever", "malformed", "slow"],
 )
 def test_failures_are_clear_exceptions_in_the_guest(
-    workspace: Path, server: ModelServer, setup: object, message: str
+    workspace: Path, model_server: ModelServer, setup: object, message: str
 ) -> None:
-    setup(server)  # type: ignore[operator]
+    setup(model_server)  # type: ignore[operator]
     retry = RetryPolicy(timeout_seconds=0.5, max_retries=2, backoff_seconds=0.01)
-    repl = session(workspace, server, retry=retry)
+    repl = session(workspace, model_server, retry=retry)
     try:
         run_ok(repl, "kept = 41")
         code = (
@@ -104,18 +97,20 @@ def test_failures_are_clear_exceptions_in_the_guest(
         repl.destroy()
 
 
-def test_429_then_success_inside_the_guest(workspace: Path, server: ModelServer) -> None:
-    server.plan(Reply(status=429), Reply(status=429))
-    repl = session(workspace, server)
+def test_429_then_success_inside_the_guest(workspace: Path, model_server: ModelServer) -> None:
+    model_server.plan(Reply(status=429), Reply(status=429))
+    repl = session(workspace, model_server)
     try:
         assert plain(run_ok(repl, "llm_query('hi')")) == "'echo: hi'"
-        assert len(server.requests) == 3
+        assert len(model_server.requests) == 3
     finally:
         repl.destroy()
 
 
-def test_budget_exceeded_is_an_exception_in_the_guest(workspace: Path, server: ModelServer) -> None:
-    repl = session(workspace, server, budget=LLMBudget(max_calls=2))
+def test_budget_exceeded_is_an_exception_in_the_guest(
+    workspace: Path, model_server: ModelServer
+) -> None:
+    repl = session(workspace, model_server, budget=LLMBudget(max_calls=2))
     try:
         run_ok(repl, "a = llm_query('one')")
         failed = repl.execute("b = llm_query_batched(['two', 'three'])")
@@ -123,6 +118,6 @@ def test_budget_exceeded_is_an_exception_in_the_guest(workspace: Path, server: M
         assert "LLMBudgetExceeded" in (failed.evalue or "")
         assert "budget of 2 model calls" in (failed.evalue or "")
         assert plain(run_ok(repl, "a")) == "'echo: one'"
-        assert len(server.requests) == 2  # the call over budget was never sent
+        assert len(model_server.requests) == 2  # the call over budget was never sent
     finally:
         repl.destroy()
