@@ -24,7 +24,7 @@ import re
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 
@@ -35,6 +35,10 @@ from sandbox_kernel.repl.models import CodeExecution, REPLConfig
 
 if TYPE_CHECKING:
     from sandbox_kernel.llm.service import LLMService
+    from sandbox_kernel.repl.native import NativeReplSandbox
+    from sandbox_kernel.repl.sandbox import ReplSandbox
+
+    Session = ReplSandbox | NativeReplSandbox
 
 __all__ = ["RLMLoop", "RLMSettings", "RLMStep", "describe_context", "parse_reply"]
 
@@ -206,7 +210,7 @@ class RLMLoop:
             {"role": "user", "content": f"Task: {task}"},
         ]
 
-    def _run_block(self, child: Any, code: str, stopped: Callable[[], bool]) -> CodeExecution:
+    def _run_block(self, child: Session, code: str, stopped: Callable[[], bool]) -> CodeExecution:
         """Run one block; cancel it when the execution that asked is interrupted."""
         done = threading.Event()
 
@@ -234,7 +238,7 @@ class RLMLoop:
             parts.append("\n".join(execution.traceback) or execution.error)
         return "".join(parts)
 
-    def _final(self, child: Any, final: tuple[str, str] | None) -> tuple[str | None, str]:
+    def _final(self, child: Session, final: tuple[str, str] | None) -> tuple[str | None, str]:
         """The answer FINAL or FINAL_VAR gives, or why it gives none."""
         if final is None:
             return None, ""
