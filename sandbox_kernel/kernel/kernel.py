@@ -10,6 +10,8 @@ Must not import: wasmtime (the kernel knows only the REPL).
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import signal
 import threading
 from typing import Any
@@ -19,6 +21,7 @@ from ipykernel.kernelbase import Kernel
 from sandbox_kernel import __version__
 from sandbox_kernel.host.workspace import diff, snapshot
 from sandbox_kernel.kernel import magics, messages
+from sandbox_kernel.kernel.data_magics import DataMagics
 from sandbox_kernel.kernel.runlog import RunLog
 from sandbox_kernel.kernel.settings import KernelSettings
 from sandbox_kernel.kernel.streams import StreamPublisher
@@ -78,6 +81,9 @@ class SandboxKernel(Kernel):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.settings = KernelSettings.from_environment()
+        # %dataset, %%sql and the guarded mode (data_magics.py); its settings mount /data.
+        self.data = DataMagics(self.settings)
+        self.settings = self.data.settings
         self.runlog = RunLog(self.settings.run_log)
         self.llm = self._llm_service()
         config = self.settings.repl_config(on_display=self._display, on_input=self._input)
@@ -91,6 +97,7 @@ class SandboxKernel(Kernel):
         # What the first cell says while the session starts: a cold compile cache takes about
         # a minute once per machine, which should never look like a hang.
         self._preparing = _preparing_notice()
+        self._start_interrupt_reader()
         self._ready = threading.Thread(target=self.repl.initialize, name="sandbox-kernel-start")
         self._ready.daemon = True
         self._ready.start()
@@ -137,6 +144,30 @@ class SandboxKernel(Kernel):
 
     # -- interrupts: SIGINT (signal mode, and message mode which ipykernel turns into one) ----
 
+    # The handler only writes a byte to a pipe; a thread of ours reads it and cancels. Python
+    # runs handlers between any two bytecodes of the main thread, even inside another handler:
+    # one that took a lock (an Event's, a Thread.start's) could wait forever for a lock the
+    # interrupted code holds, which a storm of interrupts made happen.
+
+    def _start_interrupt_reader(self) -> None:
+        self._interrupt_read, self._interrupt_write = os.pipe()
+        os.set_blocking(self._interrupt_write, False)  # a storm never blocks the main thread
+        reader = threading.Thread(
+            target=self._read_interrupts, name="sandbox-kernel-interrupts", daemon=True
+        )
+        reader.start()
+
+    def _read_interrupts(self) -> None:
+        while True:
+            try:
+                data = os.read(self._interrupt_read, 4096)
+            except OSError:
+                return
+            if not data:  # the write end was closed: shutdown
+                os.close(self._interrupt_read)
+                return
+            self.repl.cancel()  # one cancel for a burst: the second stage is already timed
+
     def pre_handler_hook(self) -> None:
         self.saved_sigint_handler = signal.signal(signal.SIGINT, self._on_sigint)
 
@@ -144,7 +175,8 @@ class SandboxKernel(Kernel):
         signal.signal(signal.SIGINT, self.saved_sigint_handler)
 
     def _on_sigint(self, signum: int, frame: object) -> None:
-        self.repl.cancel()
+        with contextlib.suppress(OSError):  # a full pipe already holds an interrupt
+            os.write(self._interrupt_write, b"!")
 
     # -- requests ---------------------------------------------------------------------------
 
@@ -166,13 +198,16 @@ class SandboxKernel(Kernel):
         handled = magics.handle(self, code)
         if handled is not None:
             return self._magic_reply(handled, count, silent)
+        plan = self.data.plan(code)  # %dataset and %%sql as guest code; the guarded check
+        if plan.reply is not None:
+            return self._magic_reply(plan.reply, count, silent)
         if self._preparing and self._ready.is_alive() and not silent:
             self._stream("stderr", self._preparing)
         await asyncio.to_thread(self._ready.join)
         self._silent = silent
         before = snapshot(self.settings.workspace)
         try:
-            execution = await asyncio.to_thread(self._run, code, silent)
+            execution = await asyncio.to_thread(self._run, plan.code, silent)
         finally:
             self._silent = False
         created, modified = diff(before, snapshot(self.settings.workspace))
@@ -193,7 +228,8 @@ class SandboxKernel(Kernel):
             self._stream("stdout", handled.text)
         if handled.error is None:
             return messages.execute_reply(None, count)
-        error = {"ename": "UsageError", "evalue": handled.error, "traceback": [handled.error]}
+        traceback = list(handled.traceback) or [handled.error]
+        error = {"ename": handled.ename, "evalue": handled.error, "traceback": traceback}
         if not silent:
             self.send_response(self.iopub_socket, "error", error)
         return messages.execute_reply(None, count, error=error)
@@ -229,6 +265,10 @@ class SandboxKernel(Kernel):
     def _user_expressions(self, expressions: dict[str, str]) -> dict[str, Any]:
         results: dict[str, Any] = {}
         for key, expression in expressions.items():
+            refused = self.data.refusal(expression)  # the guarded mode checks these too
+            if refused is not None:
+                results[key] = {"status": "error", "ename": refused.ename, "evalue": refused.error}
+                continue
             value = self.repl.execute(f"({expression})")
             if value.status is ExecutionStatus.OK:
                 results[key] = {"status": "ok", "data": value.result or {}, "metadata": {}}
@@ -280,6 +320,8 @@ class SandboxKernel(Kernel):
         self.repl.cancel()
         self._ready.join()
         self.repl.destroy()
+        with contextlib.suppress(OSError):
+            os.close(self._interrupt_write)
         if self.llm is not None:
             self.llm.close()
         return {"status": "ok", "restart": restart}

@@ -195,6 +195,20 @@ def test_interrupt_storm_during_a_busy_loop(kernel: RunningKernel) -> None:
     assert_alive(kernel)
 
 
+def test_interrupt_storm_while_a_cell_prints(kernel: RunningKernel) -> None:
+    """Hundreds of SIGINTs while output flows: the handler must never wait for a lock the code
+    it interrupted holds (it only writes to a pipe; a thread of the kernel cancels)."""
+    running = kernel.send("n = 0\nwhile True:\n    n += 1\n    print(n)")
+    time.sleep(0.5)
+    for _ in range(300):
+        kernel.km.interrupt_kernel()
+    execution = kernel.collect(running, timeout=30)
+    assert execution.reply["ename"] == "KeyboardInterrupt", execution.describe()
+    for _ in range(3):  # and the next cells run, with nothing left over
+        assert kernel.run_ok("n > 0").result() == "True"
+    assert_alive(kernel)
+
+
 @pytest.mark.slow
 def test_interrupt_storm_during_a_cell_without_safe_points(kernel: RunningKernel) -> None:
     running = kernel.send("sum(range(10**11))")
