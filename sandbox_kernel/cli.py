@@ -4,7 +4,10 @@
     sandbox-kernel run FILE|-  [--js]   run code once in a fresh sandbox; the result as JSON
     sandbox-kernel info                 versions, image digests, cache folder
     sandbox-kernel install [--user|--sys-prefix|--prefix P] [--name N]
-                                        install the `sandbox-python` Jupyter kernel spec
+                                        install the `sandbox-python` Jupyter kernel specs
+    sandbox-kernel runner sql|python    answer one data analysis request (JSON on stdin)
+    sandbox-kernel runner datasets      the registered datasets
+    sandbox-kernel capsules list|show   the record of runner runs (sandbox_kernel/runner/cli.py)
 
 Exit status: 0 on success, 1 when the guest's code failed, 2 on bad usage or a broken install.
 
@@ -22,6 +25,7 @@ from pathlib import Path
 from sandbox_kernel.core.errors import SandboxError
 from sandbox_kernel.core.policy import ExecutionPolicy, load_policy
 from sandbox_kernel.core.results import RuntimeType
+from sandbox_kernel.runner.cli import add_subcommands as add_runner_subcommands
 
 __all__ = ["main"]
 
@@ -79,7 +83,9 @@ def _warm_kernel_image() -> None:
 
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="sandbox-kernel-warm-") as folder:
-        policy = ExecutionPolicy(**NOTEBOOK_DEFAULTS)
+        data = Path(folder) / "data"  # the kernel always mounts /data (%dataset): same layout
+        data.mkdir()
+        policy = ExecutionPolicy(**NOTEBOOK_DEFAULTS, mount_data_dir=data)
         config = REPLConfig(policy=policy, workspace=Path(folder), warm_start_modules=WARM_MODULES)
         with ReplSandbox(config):
             pass
@@ -118,12 +124,13 @@ def _info(args: argparse.Namespace) -> int:
 
 
 def _install(args: argparse.Namespace) -> int:
-    from sandbox_kernel.kernel.install import install_kernel_spec
+    from sandbox_kernel.kernel.install import GUARDED_SUFFIX, install_kernel_spec
 
     target = install_kernel_spec(
         user=args.user, prefix=args.prefix, sys_prefix=args.sys_prefix, name=args.name
     )
     print(f"installed kernel spec {args.name!r} in {target}")
+    print(f"installed kernel spec {args.name + GUARDED_SUFFIX!r} beside it (the guarded mode)")
     return 0
 
 
@@ -148,6 +155,7 @@ def _parser() -> argparse.ArgumentParser:
     where.add_argument("--prefix", default=None, help="under this prefix")
     install.add_argument("--name", default="sandbox-python", help="the kernel spec's name")
     install.set_defaults(func=_install)
+    add_runner_subcommands(sub)  # runner sql|python|datasets, capsules list|show
     return parser
 
 

@@ -1,7 +1,9 @@
 """Install the `sandbox-python` kernel spec: `sandbox-kernel install [--user|--sys-prefix|
 --prefix P] [--name N]`.
 
-The spec is kernelspec/kernel.json with its argv pointed at this Python, plus the logos.
+The spec is kernelspec/kernel.json with its argv pointed at this Python, plus the logos. Its
+guarded twin, `sandbox-python-guarded` (NAME-guarded), is installed beside it: the same
+kernel with SANDBOX_KERNEL_GUARDED=1, which checks each cell with the AST policy first.
 
 Must not import: ipykernel (jupyter_client's KernelSpecManager is enough).
 """
@@ -18,7 +20,9 @@ from jupyter_client.kernelspec import KernelSpecManager
 
 from sandbox_kernel.kernel import KERNEL_NAME
 
-__all__ = ["install_kernel_spec", "kernel_spec"]
+__all__ = ["GUARDED_SUFFIX", "install_kernel_spec", "kernel_spec"]
+
+GUARDED_SUFFIX = "-guarded"
 
 _SPEC_DIR = Path(__file__).resolve().parents[2] / "kernelspec"
 _DEFAULT_SPEC = {
@@ -29,13 +33,17 @@ _DEFAULT_SPEC = {
 }
 
 
-def kernel_spec(name: str = KERNEL_NAME) -> dict[str, object]:
-    """kernel.json's content for this interpreter."""
+def kernel_spec(name: str = KERNEL_NAME, *, guarded: bool = False) -> dict[str, object]:
+    """kernel.json's content for this interpreter (`guarded`: the guarded twin's)."""
     source = _SPEC_DIR / "kernel.json"
     spec = json.loads(source.read_text()) if source.is_file() else dict(_DEFAULT_SPEC)
     spec["argv"] = [sys.executable, "-m", "sandbox_kernel", "-f", "{connection_file}"]
     if name != KERNEL_NAME:
         spec["display_name"] = f"{spec['display_name']} [{name}]"
+    if guarded:
+        spec["display_name"] = f"{spec['display_name']} [guarded]"
+        env = spec.get("env")
+        spec["env"] = {**(env if isinstance(env, dict) else {}), "SANDBOX_KERNEL_GUARDED": "1"}
     return spec
 
 
@@ -46,12 +54,18 @@ def install_kernel_spec(
     sys_prefix: bool = False,
     name: str = KERNEL_NAME,
 ) -> Path:
-    """Install the spec and return the folder it went to."""
+    """Install the spec and its guarded twin; the folder the spec went to."""
     if sys_prefix:
         prefix = sys.prefix
+    target = _install(name, kernel_spec(name), user, prefix)
+    _install(name + GUARDED_SUFFIX, kernel_spec(name, guarded=True), user, prefix)
+    return target
+
+
+def _install(name: str, spec: dict[str, object], user: bool, prefix: str | None) -> Path:
     with tempfile.TemporaryDirectory() as folder:
         staging = Path(folder)
-        (staging / "kernel.json").write_text(json.dumps(kernel_spec(name), indent=2))
+        (staging / "kernel.json").write_text(json.dumps(spec, indent=2))
         for logo in ("logo-32x32.png", "logo-64x64.png"):
             if (_SPEC_DIR / logo).is_file():
                 shutil.copy(_SPEC_DIR / logo, staging / logo)

@@ -37,6 +37,8 @@ _WHO = (
 class MagicResult:
     text: str = ""  # printed on stdout
     error: str | None = None  # a UsageError, as IPython answers a failed magic
+    ename: str = "UsageError"  # data_magics.py refuses cells with its own error types
+    traceback: tuple[str, ...] = ()  # the error's lines, when there is more than `error`
 
 
 def handle(kernel: SandboxKernel, code: str) -> MagicResult | None:
@@ -142,7 +144,11 @@ _MAGICS = {"policy": _policy, "context": _context, "sandbox": _sandbox, "who": _
 
 
 def is_complete(code: str) -> dict[str, Any]:
-    """Jupyter's is_complete_reply, judged with the host's parser (magics are complete)."""
+    """Jupyter's is_complete_reply, judged with the host's parser (magics are complete; a cell
+    magic such as %%sql, as in IPython, once a blank line ends it)."""
+    if code.lstrip().startswith("%%"):
+        done = "\n" in code.strip() and not code.splitlines()[-1].strip()
+        return {"status": "complete"} if done else {"status": "incomplete", "indent": ""}
     if code.strip().startswith("%"):
         return {"status": "complete"}
     try:

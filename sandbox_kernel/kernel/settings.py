@@ -10,6 +10,11 @@
                               (default numpy,pandas; empty for none)
     SANDBOX_KERNEL_LLM_*      the model behind llm_query and rlm_query (see llm/config.py);
                               also an [llm] table in the policy file
+    SANDBOX_KERNEL_DATASETS   the dataset registry %dataset reads; default
+                              ./datasets/datasets.toml
+    SANDBOX_KERNEL_GUARDED    anything but empty, 0, false, no or off turns the guarded mode on
+                              (the sandbox-python-guarded kernel spec sets 1)
+    SANDBOX_KERNEL_GUARD      the guarded mode's allow and block lists (a TOML file)
 
 The kernel's defaults suit notebooks (importing pandas within the fuel budget, room for
 DataFrames, numpy and pandas pre-imported); the library keeps the seeds' defaults.
@@ -23,6 +28,7 @@ import hashlib
 import os
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TypedDict
 
 from pydantic import BaseModel, ConfigDict
 
@@ -52,6 +58,10 @@ class KernelSettings(BaseModel):
     warm_start_modules: tuple[str, ...] = WARM_MODULES
     llm: LLMSettings = LLMSettings()
     llm_error: str | None = None  # why the LLM settings could not be used (shown by llm_query)
+    # Data analysis (data_magics.py): %dataset's registry, the guarded mode and its lists.
+    datasets: Path = Path("datasets/datasets.toml")
+    guarded: bool = False
+    guard_file: Path | None = None
 
     @classmethod
     def from_environment(
@@ -79,6 +89,7 @@ class KernelSettings(BaseModel):
             warm_start_modules=WARM_MODULES if warm is None else warm,
             llm=llm,
             llm_error=llm_error,
+            **_data_settings(env, here),
         )
 
     def repl_config(self, **callbacks: object) -> REPLConfig:
@@ -90,6 +101,24 @@ class KernelSettings(BaseModel):
             warm_start_modules=self.warm_start_modules,
             **callbacks,  # type: ignore[arg-type]
         )
+
+
+class _DataSettings(TypedDict):
+    datasets: Path
+    guarded: bool
+    guard_file: Path | None
+
+
+def _data_settings(env: Mapping[str, str], here: Path) -> _DataSettings:
+    """%dataset's registry and the guarded mode. An unclear SANDBOX_KERNEL_GUARDED value turns
+    the mode on: a typo must not quietly drop a check someone asked for."""
+    guarded = env.get("SANDBOX_KERNEL_GUARDED", "").strip().lower()
+    guard_file = env.get("SANDBOX_KERNEL_GUARD")
+    return {
+        "datasets": Path(env.get("SANDBOX_KERNEL_DATASETS") or here / "datasets" / "datasets.toml"),
+        "guarded": guarded not in ("", "0", "false", "no", "off"),
+        "guard_file": Path(guard_file).expanduser() if guard_file else None,
+    }
 
 
 def _run_log_for(workspace: Path) -> Path:

@@ -119,3 +119,22 @@ def test_different_module_lists_get_different_images(private_cache: Path, worksp
     new_repl(repl_config(workspace, warm_start_modules=("json",))).destroy()
     new_repl(repl_config(workspace, warm_start_modules=("json", "csv"))).destroy()
     assert len(_images(private_cache)) == 2
+
+
+def test_an_image_is_only_reused_with_the_same_folders(
+    private_cache: Path, workspace: Path, tmp_path: Path
+) -> None:
+    """wasi-libc keeps its table of preopened folders in linear memory: an image made without
+    /data, restored into a session with /data, showed /data missing and /tmp as the data."""
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "in.csv").write_text("a\n1\n")
+    new_repl(repl_config(workspace, warm_start_modules=("json",))).destroy()
+    with_data = repl_config(workspace, {"mount_data_dir": data}, warm_start_modules=("json",))
+    repl = new_repl(with_data)
+    try:
+        listing = "import os\nsorted(os.listdir('/data')), sorted(os.listdir('/tmp'))"
+        assert plain(run_ok(repl, listing)) == "(['in.csv'], [])"
+    finally:
+        repl.destroy()
+    assert len(_images(private_cache)) == 2, "each folder layout has its own image"

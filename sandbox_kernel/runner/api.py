@@ -1,0 +1,372 @@
+"""The runner's entrypoints for agent servers: one request in, one `RunnerResponse` out.
+
+    execute_sql(dataset_id, sql, ...)               always available
+    execute_python(dataset_id, python_code, ...)    behind ENABLE_PYTHON_EXECUTION
+    run_request(request)                            either, from a RunnerRequest or its JSON data
+
+None of them raises for anything a request holds: every failure is a response with a typed
+error. The steps, each of which may end the run: validate the request; the feature flag;
+find the dataset and its tables; the AST policy check (Python) or the statement check (SQL);
+then the sandbox (start, load, query, collect). Every run, refused or not, is recorded as a
+capsule (capsules.py) and the response carries its id.
+
+Must not import: wasmtime, anything Jupyter.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import sqlite3
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+from pydantic import JsonValue, ValidationError
+
+from sandbox_kernel.core.errors import SandboxError
+from sandbox_kernel.runner.adapter import (
+    FailurePayload,
+    PayloadError,
+    TablePayload,
+    cap_stream,
+    fit_rows,
+)
+from sandbox_kernel.runner.capsules import Capsule, CapsuleStore
+from sandbox_kernel.runner.datasets import Dataset, Table
+from sandbox_kernel.runner.engine import RunFailed, SandboxRun
+from sandbox_kernel.runner.errors import DatasetNotFound, RunnerConfigError
+from sandbox_kernel.runner.guard import PolicyReport, check_code
+from sandbox_kernel.runner.intake import (
+    RequestUnreadable,
+    peek_code,
+    peek_query_type,
+    peek_text,
+    request_data,
+)
+from sandbox_kernel.runner.models import (
+    ErrorCode,
+    LimitHit,
+    QueryType,
+    RunnerRequest,
+    RunnerResponse,
+    RunStatus,
+    validation_messages,
+)
+from sandbox_kernel.runner.settings import ENABLE_PYTHON_ENV, RunnerSettings
+from sandbox_kernel.runner.sql import check_sql
+
+__all__ = ["execute_python", "execute_sql", "run_request"]
+
+logger = logging.getLogger("sandbox_kernel.runner")
+
+
+def execute_python(
+    dataset_id: str,
+    python_code: str,
+    *,
+    settings: RunnerSettings | None = None,
+    **limits: Any,
+) -> RunnerResponse:
+    """Run `python_code` over the dataset's tables (`dfs`, and one global per table); the
+    code sets result_df, result_rows (+ result_columns) or result. Off unless
+    ENABLE_PYTHON_EXECUTION (or `settings.enable_python_execution`) turns it on.
+
+    `limits`: files, timeout_seconds, max_rows, max_output_bytes (RunnerRequest's fields).
+    """
+    request = {"query_type": "python", "dataset_id": dataset_id, "python_code": python_code}
+    return run_request({**request, **limits}, settings=settings)
+
+
+def execute_sql(
+    dataset_id: str,
+    sql: str,
+    *,
+    settings: RunnerSettings | None = None,
+    **limits: Any,
+) -> RunnerResponse:
+    """Run one read-only SQL statement (SQLite) over the dataset's tables.
+
+    `limits`: files, timeout_seconds, max_rows, max_output_bytes (RunnerRequest's fields).
+    """
+    request = {"query_type": "sql", "dataset_id": dataset_id, "sql": sql}
+    return run_request({**request, **limits}, settings=settings)
+
+
+def run_request(
+    request: RunnerRequest | Mapping[str, Any] | str | bytes,
+    *,
+    settings: RunnerSettings | None = None,
+    query_type: QueryType | None = None,
+) -> RunnerResponse:
+    """Answer one request: a RunnerRequest, its fields as JSON data, or its JSON text.
+
+    `query_type` is the entrypoint's (`sandbox-kernel runner sql` says "sql"): a request that
+    leaves it out gets it, one that names another is a VALIDATION_ERROR.
+    """
+    return _Run(request, settings, query_type).respond()
+
+
+class _Run:
+    """One request on its way to a response, and what its capsule records."""
+
+    def __init__(
+        self,
+        raw: RunnerRequest | Mapping[str, Any] | str | bytes,
+        settings: RunnerSettings | None,
+        entrypoint: QueryType | None,
+    ) -> None:
+        self.raw: object = raw
+        self.settings = settings
+        self.entrypoint = entrypoint
+        self.request: RunnerRequest | None = raw if isinstance(raw, RunnerRequest) else None
+        self.report: PolicyReport | None = None
+        self.timings: dict[str, float] = {}
+        self.host_paths: dict[str, str] = {}  # host path -> what the guest calls it
+        self.started = time.perf_counter()
+
+    def respond(self) -> RunnerResponse:
+        try:
+            response = self._respond()
+        except RunFailed as failed:
+            response = self._failure(failed)
+        except Exception:  # the promise is a response, never a traceback: logged, not shown
+            logger.exception("the runner failed")
+            message = "the runner failed unexpectedly (the server log has the details)"
+            response = self._failure(RunFailed(ErrorCode.RUNNER_INTERNAL_ERROR, message))
+        self.timings["total"] = _ms_since(self.started)
+        response = self._scrubbed(
+            response.model_copy(update={"exec_time_ms": self.timings["total"]})
+        )
+        return response.model_copy(update={"run_id": self._record(response)})
+
+    # -- the steps ---------------------------------------------------------------------------
+
+    def _respond(self) -> RunnerResponse:
+        settings = self._settings()
+        request = self._validated()
+        if request.query_type is QueryType.PYTHON and not settings.enable_python_execution:
+            message = (
+                f"Python execution is disabled; set {ENABLE_PYTHON_ENV}=1 to enable it "
+                "(SQL queries are always available)"
+            )
+            raise RunFailed(ErrorCode.PYTHON_EXECUTION_DISABLED, message)
+        dataset, tables = self._dataset(settings, request)
+        if request.query_type is QueryType.PYTHON:
+            return self._python(settings, request, dataset, tables)
+        return self._sql(settings, request, dataset, tables)
+
+    def _settings(self) -> RunnerSettings:
+        if self.settings is None:
+            try:
+                self.settings = RunnerSettings.from_environment()
+            except RunnerConfigError as exc:
+                raise RunFailed(ErrorCode.RUNNER_INTERNAL_ERROR, str(exc)) from None
+        return self.settings
+
+    def _validated(self) -> RunnerRequest:
+        if self.request is None:
+            started = time.perf_counter()
+            try:
+                self.raw = request_data(self.raw, self.entrypoint)
+                self.request = RunnerRequest.model_validate(self.raw)
+            except RequestUnreadable as exc:
+                raise RunFailed(ErrorCode.VALIDATION_ERROR, str(exc), details=[str(exc)]) from None
+            except ValidationError as exc:
+                details = validation_messages(exc)
+                more = f" (and {len(details) - 1} more)" if len(details) > 1 else ""
+                message = details[0] + more
+                raise RunFailed(ErrorCode.VALIDATION_ERROR, message, details=details) from None
+            finally:
+                self.timings["validate"] = _ms_since(started)
+        return self.request
+
+    def _dataset(
+        self, settings: RunnerSettings, request: RunnerRequest
+    ) -> tuple[Dataset, list[Table]]:
+        try:
+            dataset = settings.registry().get(request.dataset_id)
+            self.host_paths[str(dataset.folder)] = "/data"
+            return dataset, dataset.select(request.files)
+        except DatasetNotFound as exc:
+            raise RunFailed(ErrorCode.VALIDATION_ERROR, f"dataset_id: {exc}") from None
+        except RunnerConfigError as exc:
+            raise RunFailed(ErrorCode.RUNNER_INTERNAL_ERROR, str(exc)) from None
+        except LookupError as exc:
+            raise RunFailed(ErrorCode.VALIDATION_ERROR, f"files: {exc.args[0]}") from None
+
+    def _python(
+        self,
+        settings: RunnerSettings,
+        request: RunnerRequest,
+        dataset: Dataset,
+        tables: list[Table],
+    ) -> RunnerResponse:
+        code = request.query
+        started = time.perf_counter()
+        self.report = check_code(code, settings.guard)
+        self.timings["guard"] = _ms_since(started)
+        if not self.report.allowed:
+            raise RunFailed(
+                ErrorCode.PYTHON_POLICY_VIOLATION,
+                self.report.summary(),
+                line=self.report.first_line,
+                details=self.report.details(),
+            )
+        with self._sandbox(settings, request, dataset) as run:
+            run.load(tables)
+            execution = run.python(code)
+            payload = run.collect()
+        return self._table(request, payload, execution.stdout, execution.stderr)
+
+    def _sql(
+        self,
+        settings: RunnerSettings,
+        request: RunnerRequest,
+        dataset: Dataset,
+        tables: list[Table],
+    ) -> RunnerResponse:
+        started = time.perf_counter()
+        check = check_sql(request.query)
+        self.timings["guard"] = _ms_since(started)
+        if check.violation is not None:
+            message = f"line {check.line}: {check.violation}"
+            raise RunFailed(ErrorCode.SQL_POLICY_VIOLATION, message, line=check.line)
+        with self._sandbox(settings, request, dataset) as run:
+            run.load(tables)
+            payload = run.sql(request.query, check.identifiers)
+        return self._table(request, payload)
+
+    @contextmanager
+    def _sandbox(
+        self, settings: RunnerSettings, request: RunnerRequest, dataset: Dataset
+    ) -> Iterator[SandboxRun]:
+        try:
+            run = SandboxRun(settings, request, dataset)
+            self.host_paths[str(run.workspace)] = "/app"
+            run.__enter__()
+        except (SandboxError, OSError) as exc:
+            logger.error("the runner's sandbox did not start: %s", exc)
+            message = "the sandbox could not start (the server log has the details)"
+            raise RunFailed(ErrorCode.RUNNER_INTERNAL_ERROR, message) from None
+        try:
+            yield run
+        except PayloadError as exc:
+            raise RunFailed(ErrorCode.RUNNER_INTERNAL_ERROR, str(exc)) from None
+        finally:
+            self.timings.update(run.timings)
+            run.close()
+
+    # -- responses ---------------------------------------------------------------------------
+
+    def _table(
+        self,
+        request: RunnerRequest,
+        payload: TablePayload | FailurePayload,
+        stdout: str = "",
+        stderr: str = "",
+    ) -> RunnerResponse:
+        if isinstance(payload, FailurePayload):
+            code = ErrorCode(payload.code)
+            raise RunFailed(code, payload.message, stdout=stdout, stderr=stderr)
+        cap = request.max_output_bytes
+        rows, hits = fit_rows(payload.columns, payload.rows, request.max_rows, cap)
+        hits = [*(LimitHit(c) for c in payload.cut), *hits]
+        stdout, stdout_cut = cap_stream(stdout, cap, "stdout")
+        stderr, stderr_cut = cap_stream(stderr, cap, "stderr")
+        hits += [LimitHit.STDOUT] * stdout_cut + [LimitHit.STDERR] * stderr_cut
+        hits = list(dict.fromkeys(hits))
+        return RunnerResponse(
+            status=RunStatus.SUCCESS,
+            query_type=request.query_type,
+            columns=payload.columns,
+            rows=rows,
+            row_count=len(rows),
+            total_rows=payload.total_rows,
+            truncated=bool(hits),
+            limits_hit=hits,
+            stdout_trunc=stdout,
+            stderr_trunc=stderr,
+        )
+
+    def _failure(self, failed: RunFailed) -> RunnerResponse:
+        query_type = self.request.query_type if self.request else self._query_type()
+        cap = self.request.max_output_bytes if self.request is not None else 1_000_000
+        stdout, stdout_cut = cap_stream(failed.stdout, cap, "stdout")
+        stderr, stderr_cut = cap_stream(failed.stderr, cap, "stderr")
+        hits = [failed.limit] if failed.limit is not None else []
+        hits += [LimitHit.STDOUT] * stdout_cut + [LimitHit.STDERR] * stderr_cut
+        return RunnerResponse.failure(
+            failed.code,
+            failed.message,
+            query_type=query_type,
+            line=failed.line,
+            details=failed.details,
+            limits_hit=hits,
+            truncated=stdout_cut or stderr_cut,
+            stdout_trunc=stdout,
+            stderr_trunc=stderr,
+        )
+
+    def _scrubbed(self, response: RunnerResponse) -> RunnerResponse:
+        """No host path in the response, whatever wrote it (longest paths first)."""
+        if not self.host_paths:
+            return response
+        data = response.model_dump_json()
+        for host in sorted(self.host_paths, key=len, reverse=True):
+            # Whole path components only: a folder /d must not turn /data into /datata.
+            pattern = re.escape(json.dumps(host)[1:-1]) + r"(?![\w.-])"
+            guest = self.host_paths[host]
+            data = re.sub(pattern, lambda _: guest, data)  # noqa: B023 - used at once
+        return RunnerResponse.model_validate_json(data)
+
+    def _query_type(self) -> QueryType | None:
+        """The query type of a request that did not validate, when it can be told."""
+        return peek_query_type(self.raw) or self.entrypoint
+
+    # -- the capsule -------------------------------------------------------------------------
+
+    def _record(self, response: RunnerResponse) -> str | None:
+        settings = self.settings
+        if settings is None:
+            return None  # the settings themselves failed: there is nowhere to record
+        request = self.request
+        capsule = Capsule(
+            query_type=(request.query_type.value if request else self._query_type()),
+            dataset_id=request.dataset_id if request else peek_text(self.raw, "dataset_id"),
+            code=request.query if request else peek_code(self.raw),
+            request=_jsonable(request.model_dump(mode="json") if request else self.raw),
+            policy_report=self.report.model_dump(mode="json") if self.report else None,
+            response=response.model_dump(mode="json"),
+            timings_ms=self.timings,
+            limits_hit=[hit.value for hit in response.limits_hit],
+            sandbox={
+                **settings.limits(),
+                **(_request_limits(request) if request is not None else {}),
+            },
+        )
+        try:
+            return CapsuleStore(settings.capsules).record(capsule)
+        except (OSError, sqlite3.Error) as exc:  # the run stands; the capsule is lost, logged
+            logger.warning("could not record the run capsule: %s", exc)
+            return None
+
+
+def _ms_since(started: float) -> float:
+    return round((time.perf_counter() - started) * 1000, 3)
+
+
+def _jsonable(value: object) -> JsonValue:
+    """`value` as JSON data (what could not be encoded, as its str)."""
+    parsed: JsonValue = json.loads(json.dumps(value, default=str))
+    return parsed
+
+
+def _request_limits(request: RunnerRequest) -> dict[str, object]:
+    return {
+        "timeout_seconds": request.timeout_seconds,
+        "max_rows": request.max_rows,
+        "max_output_bytes": request.max_output_bytes,
+    }

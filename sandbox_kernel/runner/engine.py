@@ -1,0 +1,198 @@
+"""One run in the sandbox: a fresh persistent session over one dataset, and its steps.
+
+    with SandboxRun(settings, request, dataset) as run:    start (from the warm image)
+        run.load(tables)                                   CSVs -> DataFrames, dfs, globals
+        execution = run.python(code)                       the user's code, as its own cell
+        payload = run.collect()                            result_df | result_rows | result
+        payload = run.sql(sql, names)                      or: the read-only query
+
+Every run gets its own ReplSandbox (nothing survives from one request to the next), a
+scratch /app that is removed afterwards, and the dataset's folder read-only at /data. A
+step that does not end well raises `RunFailed` with the runner's error code: a timeout is
+RUNNER_TIMEOUT, fuel or memory RUNNER_RESOURCE_EXCEEDED, the user's exception
+PYTHON_EXECUTION_ERROR, a dataset that will not load RUNNER_INTERNAL_ERROR.
+
+Must not import: wasmtime (repl/ and host/ do that), anything Jupyter.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Final, Literal
+
+from sandbox_kernel.repl.models import CodeExecution, ExecutionStatus, REPLConfig
+from sandbox_kernel.repl.sandbox import ReplSandbox
+from sandbox_kernel.runner import adapter
+from sandbox_kernel.runner.adapter import FailurePayload, TablePayload
+from sandbox_kernel.runner.datasets import Dataset, Table
+from sandbox_kernel.runner.models import ErrorCode, LimitHit, RunnerRequest
+from sandbox_kernel.runner.settings import RunnerSettings
+
+__all__ = ["RunFailed", "SandboxRun", "user_line"]
+
+Step = Literal["load", "query", "collect"]
+_STEP_WORDS: Final = {"load": "loading the dataset", "query": "the query", "collect": "the result"}
+USER_CELL_NAME: Final = "<code>"
+
+
+class RunFailed(Exception):
+    """A step ended badly; what the response says about it."""
+
+    def __init__(
+        self,
+        code: ErrorCode,
+        message: str,
+        *,
+        line: int | None = None,
+        limit: LimitHit | None = None,
+        details: list[str] | None = None,
+        stdout: str = "",
+        stderr: str = "",
+    ) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.line = line
+        self.limit = limit
+        self.details = details or []
+        self.stdout = stdout
+        self.stderr = stderr
+
+
+class SandboxRun:
+    """A fresh sandboxed session for one request; a context manager."""
+
+    def __init__(self, settings: RunnerSettings, request: RunnerRequest, dataset: Dataset) -> None:
+        self.settings = settings
+        self.request = request
+        self.dataset = dataset
+        self.timings: dict[str, float] = {}
+        self._scratch = tempfile.TemporaryDirectory(prefix="sandbox-kernel-runner-")
+        self.workspace = Path(self._scratch.name)
+        self.policy = settings.policy(request, self.workspace, dataset.folder)
+        config = REPLConfig(
+            policy=self.policy,
+            workspace=self.workspace,
+            timeout_ms=math.ceil(request.timeout_seconds * 1000),
+            max_output_length=request.max_output_bytes + 1,
+            warm_start_modules=settings.warm_start_modules,
+        )
+        self.repl = ReplSandbox(config)
+
+    def __enter__(self) -> SandboxRun:
+        try:
+            with self._timed("start"):
+                self.repl.initialize()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.repl.destroy()
+        self._scratch.cleanup()
+
+    @contextmanager
+    def _timed(self, name: str) -> Iterator[None]:
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.timings[name] = round((time.perf_counter() - started) * 1000, 3)
+
+    def _execute(self, step: Step, code: str) -> CodeExecution:
+        with self._timed(step):
+            return self.repl.execute(code)
+
+    # -- steps -------------------------------------------------------------------------------
+
+    def load(self, tables: Sequence[Table]) -> None:
+        """Read the tables into the session (the dataset is at the policy's /data)."""
+        data = self.policy.guest_data_path
+        cell = adapter.load_cell({t.name: f"{data}/{t.file}" for t in tables})
+        execution = self._execute("load", cell)
+        if not execution.ok:
+            self._fail("load", execution)
+
+    def python(self, code: str) -> CodeExecution:
+        """Run the user's code as its own cell, so its line numbers are its own."""
+        execution = self._execute("query", code)
+        if not execution.ok:
+            self._fail("query", execution)
+        return execution
+
+    def collect(self) -> TablePayload | FailurePayload:
+        request = self.request
+        execution = self._execute(
+            "collect", adapter.collect_cell(request.max_rows, request.max_output_bytes)
+        )
+        if not execution.ok:
+            self._fail("collect", execution)
+        return adapter.read_payload(self.repl.get_variable(adapter.RESULT_VARIABLE))
+
+    def sql(self, sql: str, names: Sequence[str]) -> TablePayload | FailurePayload:
+        request = self.request
+        cell = adapter.sql_cell(sql, names, request.max_rows, request.max_output_bytes)
+        execution = self._execute("query", cell)
+        if not execution.ok:
+            self._fail("query", execution)
+        return adapter.read_payload(self.repl.get_variable(adapter.RESULT_VARIABLE))
+
+    # -- failures ----------------------------------------------------------------------------
+
+    def _fail(self, step: Step, execution: CodeExecution) -> None:
+        what = _STEP_WORDS[step]
+        status = execution.status
+        policy = self.policy
+        if status is ExecutionStatus.TIMEOUT:
+            message = f"{what} took longer than timeout_seconds ({policy.timeout_seconds:g} s)"
+            raise RunFailed(ErrorCode.RUNNER_TIMEOUT, message, limit=LimitHit.TIMEOUT)
+        if status is ExecutionStatus.OUT_OF_FUEL:
+            message = f"{what} ran out of its instruction budget ({policy.fuel_budget:,})"
+            raise RunFailed(ErrorCode.RUNNER_RESOURCE_EXCEEDED, message, limit=LimitHit.FUEL)
+        if status is ExecutionStatus.MEMORY:
+            message = f"{what} ran out of memory ({policy.memory_bytes:,} bytes)"
+            raise RunFailed(ErrorCode.RUNNER_RESOURCE_EXCEEDED, message, limit=LimitHit.MEMORY)
+        error = execution.error or f"status {status.value}"
+        if step == "load":
+            raise RunFailed(ErrorCode.RUNNER_INTERNAL_ERROR, f"{what} failed: {error}")
+        if step == "query" and self.request.python_code is None:
+            raise RunFailed(ErrorCode.RUNNER_INTERNAL_ERROR, f"the SQL step failed: {error}")
+        if step == "collect":
+            message = f"the result could not be collected: {error}"
+            raise RunFailed(ErrorCode.PYTHON_EXECUTION_ERROR, message)
+        traceback = user_traceback(execution)
+        line = user_line(traceback)
+        stderr = execution.stderr + "".join(f"{text}\n" for text in traceback)
+        message = f"line {line}: {error}" if line else error
+        raise RunFailed(
+            ErrorCode.PYTHON_EXECUTION_ERROR,
+            message,
+            line=line,
+            stdout=execution.stdout,
+            stderr=stderr,
+        )
+
+
+def user_traceback(execution: CodeExecution) -> list[str]:
+    """The traceback with the session's cell name replaced by "<code>"."""
+    cell = f"<cell-{execution.execution_count}>"
+    return [text.replace(cell, USER_CELL_NAME) for text in execution.traceback]
+
+
+_FRAME: Final = re.compile(rf'File "{re.escape(USER_CELL_NAME)}", line (\d+)')
+
+
+def user_line(traceback: list[str]) -> int | None:
+    """The line of the user's code where the error was raised (its innermost frame)."""
+    lines = [int(m.group(1)) for text in traceback for m in _FRAME.finditer(text)]
+    return lines[-1] if lines else None
