@@ -36,15 +36,17 @@ import tempfile
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from sandbox_kernel.kernel.magics import MagicResult
 from sandbox_kernel.kernel.settings import KernelSettings
-from sandbox_kernel.runner import adapter
-from sandbox_kernel.runner.datasets import Dataset, DatasetRegistry
 from sandbox_kernel.runner.errors import RunnerError
-from sandbox_kernel.runner.guard import GuardConfig, check_code, load_guard_config
-from sandbox_kernel.runner.sql import check_sql
+
+# The rest of the runner is imported where it is used: most sessions never type %dataset or
+# %%sql, and the kernel should not start slower for them (about 50 ms).
+if TYPE_CHECKING:
+    from sandbox_kernel.runner.datasets import Dataset, DatasetRegistry
+    from sandbox_kernel.runner.guard import GuardConfig
 
 __all__ = ["CellPlan", "DataMagics"]
 
@@ -69,6 +71,8 @@ class DataMagics:
         self._guard: GuardConfig | None = None
         self._guard_error: str | None = None
         if self.guarded:
+            from sandbox_kernel.runner.guard import load_guard_config
+
             try:
                 self._guard = load_guard_config(settings.guard_file)
             except RunnerError as exc:
@@ -101,6 +105,8 @@ class DataMagics:
         if self._guard_error is not None or self._guard is None:
             message = self._guard_error or "guarded mode: no guard lists"
             return MagicResult(error=message, ename="PYTHON_POLICY_VIOLATION")
+        from sandbox_kernel.runner.guard import check_code
+
         report = check_code(code, self._guard)
         if report.allowed:
             return None
@@ -113,6 +119,9 @@ class DataMagics:
     # -- %%sql -------------------------------------------------------------------------------
 
     def _sql(self, options: str, sql: str) -> CellPlan:
+        from sandbox_kernel.runner import adapter
+        from sandbox_kernel.runner.sql import check_sql
+
         try:
             out, max_rows = _sql_options(options)
         except ValueError as exc:
@@ -128,6 +137,9 @@ class DataMagics:
     # -- %dataset ----------------------------------------------------------------------------
 
     def _dataset(self, dataset_id: str) -> CellPlan:
+        from sandbox_kernel.runner import adapter
+        from sandbox_kernel.runner.datasets import DatasetRegistry
+
         try:
             registry = DatasetRegistry.load(self.registry_path)
             if not dataset_id:

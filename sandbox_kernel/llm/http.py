@@ -21,9 +21,8 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt
 
 from sandbox_kernel.llm.errors import (
@@ -34,6 +33,9 @@ from sandbox_kernel.llm.errors import (
     LLMTimeoutError,
     LLMUnavailableError,
 )
+
+if TYPE_CHECKING:  # imported on the first request: a kernel without a model never pays for it
+    import httpx
 
 __all__ = ["JsonPoster", "RetryPolicy"]
 
@@ -92,6 +94,8 @@ class JsonPoster:
         self._lock = threading.Lock()
 
     def _http(self) -> httpx.Client:
+        import httpx
+
         with self._lock:
             if self._client is None:
                 timeout = httpx.Timeout(self.retry.timeout_seconds)
@@ -108,6 +112,8 @@ class JsonPoster:
 
     def post(self, url: str, body: Mapping[str, Any], headers: Mapping[str, str]) -> Any:
         """The server's JSON reply to `body`; retried on 429/5xx and dropped connections."""
+        import httpx
+
         content = json.dumps(body, ensure_ascii=False).encode("utf-8")
         all_headers = {"Content-Type": "application/json", **headers}
         attempts = self.retry.max_retries + 1

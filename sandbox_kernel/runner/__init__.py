@@ -9,34 +9,39 @@ registry), guard (the AST policy check), sql (the SQL statement check), adapter 
 (the sandbox side), capsules (the record of every run), api, cli. Guest code lives in
 sandbox_kernel/guest/tables.py and sql.py.
 
-Re-exports only. Must not import: anything Jupyter.
+Re-exports only, imported on first use (the kernel loads this package for %dataset and
+%%sql, and should not pay for all of it at start). Must not import: anything Jupyter.
 """
 
 from __future__ import annotations
 
-from sandbox_kernel.runner.api import execute_python, execute_sql, run_request
-from sandbox_kernel.runner.capsules import Capsule, CapsuleStore, CapsuleSummary
-from sandbox_kernel.runner.datasets import Dataset, DatasetRegistry, Table
-from sandbox_kernel.runner.errors import (
-    CapsuleNotFound,
-    DatasetNotFound,
-    DatasetRegistryError,
-    GuardConfigError,
-    RunnerConfigError,
-    RunnerError,
-)
-from sandbox_kernel.runner.guard import GuardConfig, PolicyReport, Violation, check_code
-from sandbox_kernel.runner.models import (
-    ErrorCode,
-    ErrorInfo,
-    LimitHit,
-    QueryType,
-    RunnerRequest,
-    RunnerResponse,
-    RunStatus,
-)
-from sandbox_kernel.runner.settings import RunnerSettings
-from sandbox_kernel.runner.sql import SqlCheck, check_sql
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from sandbox_kernel.runner.api import execute_python, execute_sql, run_request
+    from sandbox_kernel.runner.capsules import Capsule, CapsuleStore, CapsuleSummary
+    from sandbox_kernel.runner.datasets import Dataset, DatasetRegistry, Table
+    from sandbox_kernel.runner.errors import (
+        CapsuleNotFound,
+        DatasetNotFound,
+        DatasetRegistryError,
+        GuardConfigError,
+        RunnerConfigError,
+        RunnerError,
+    )
+    from sandbox_kernel.runner.guard import GuardConfig, PolicyReport, Violation, check_code
+    from sandbox_kernel.runner.models import (
+        ErrorCode,
+        ErrorInfo,
+        LimitHit,
+        QueryType,
+        RunnerRequest,
+        RunnerResponse,
+        RunStatus,
+    )
+    from sandbox_kernel.runner.settings import RunnerSettings
+    from sandbox_kernel.runner.sql import SqlCheck, check_sql
 
 __all__ = [
     "Capsule",
@@ -69,3 +74,44 @@ __all__ = [
     "execute_sql",
     "run_request",
 ]
+
+_HOMES = {
+    "Capsule": "sandbox_kernel.runner.capsules",
+    "CapsuleNotFound": "sandbox_kernel.runner.errors",
+    "CapsuleStore": "sandbox_kernel.runner.capsules",
+    "CapsuleSummary": "sandbox_kernel.runner.capsules",
+    "Dataset": "sandbox_kernel.runner.datasets",
+    "DatasetNotFound": "sandbox_kernel.runner.errors",
+    "DatasetRegistry": "sandbox_kernel.runner.datasets",
+    "DatasetRegistryError": "sandbox_kernel.runner.errors",
+    "ErrorCode": "sandbox_kernel.runner.models",
+    "ErrorInfo": "sandbox_kernel.runner.models",
+    "GuardConfig": "sandbox_kernel.runner.guard",
+    "GuardConfigError": "sandbox_kernel.runner.errors",
+    "LimitHit": "sandbox_kernel.runner.models",
+    "PolicyReport": "sandbox_kernel.runner.guard",
+    "QueryType": "sandbox_kernel.runner.models",
+    "RunStatus": "sandbox_kernel.runner.models",
+    "RunnerConfigError": "sandbox_kernel.runner.errors",
+    "RunnerError": "sandbox_kernel.runner.errors",
+    "RunnerRequest": "sandbox_kernel.runner.models",
+    "RunnerResponse": "sandbox_kernel.runner.models",
+    "RunnerSettings": "sandbox_kernel.runner.settings",
+    "SqlCheck": "sandbox_kernel.runner.sql",
+    "Table": "sandbox_kernel.runner.datasets",
+    "Violation": "sandbox_kernel.runner.guard",
+    "check_code": "sandbox_kernel.runner.guard",
+    "check_sql": "sandbox_kernel.runner.sql",
+    "execute_python": "sandbox_kernel.runner.api",
+    "execute_sql": "sandbox_kernel.runner.api",
+    "run_request": "sandbox_kernel.runner.api",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value
+    return value
