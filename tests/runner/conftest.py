@@ -20,6 +20,7 @@ from sandbox_kernel.runner import (
     execute_python,
     execute_sql,
 )
+from sandbox_kernel.runner.guard import DEFAULT_ALLOWED_IMPORTS, DEFAULT_BLOCKED_MODULES
 
 REPO = Path(__file__).resolve().parents[2]
 DATASETS = REPO / "datasets" / "datasets.toml"
@@ -28,20 +29,7 @@ GOLDEN = REPO / "datasets" / "golden"
 # A guard that lets the dangerous modules and builtins through, to show what the sandbox
 # itself contains when the AST check is not there.
 PERMISSIVE_GUARD = GuardConfig(
-    allowed_imports=(
-        "pandas",
-        "numpy",
-        "os",
-        "sys",
-        "subprocess",
-        "socket",
-        "pathlib",
-        "shutil",
-        "ctypes",
-        "importlib",
-        "urllib",
-        "sqlite3",
-    ),
+    allowed_imports=(*DEFAULT_ALLOWED_IMPORTS, *DEFAULT_BLOCKED_MODULES, "urllib", "sqlite3"),
     blocked_modules=(),
     blocked_builtins=(),
     block_dunders=False,
