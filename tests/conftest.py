@@ -7,6 +7,7 @@ process singleton), so nothing is compiled twice.
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -61,3 +62,18 @@ def model_server() -> Iterator[ModelServer]:
     """A real model server on 127.0.0.1 speaking OpenAI and Anthropic (tests/llm/servers.py)."""
     with ModelServer() as server:
         yield server
+
+
+@pytest.fixture
+def listening() -> Iterator[socket.socket]:
+    """A real TCP server on the host's loopback, accepting nothing yet: a guest's connection
+    to it must never arrive."""
+    server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    server.settimeout(0.3)
+    try:
+        yield server
+    finally:
+        server.close()

@@ -21,8 +21,6 @@ from __future__ import annotations
 import atexit
 import concurrent.futures
 import contextlib
-import functools
-import importlib.resources
 import tempfile
 import threading
 import weakref
@@ -43,6 +41,7 @@ from sandbox_kernel.host.session import (
 from sandbox_kernel.host.wasi_config import Preopen
 from sandbox_kernel.repl import warm
 from sandbox_kernel.repl.bridges import Bridge, LineSplitter, escalate_after
+from sandbox_kernel.repl.guest_sources import loader_source, read_sources
 from sandbox_kernel.repl.models import CodeExecution, ExecutionStatus, REPLConfig
 from sandbox_kernel.repl.protocol import DRIVER_NAME
 from sandbox_kernel.repl.results import UsageReading, execution_from_reply, stopped_execution
@@ -80,30 +79,15 @@ GUEST_MODULES = (
 )
 
 
-@functools.cache
 def driver_source() -> str:
     """All guest sources, for keys that must change when any of them does."""
-    files = importlib.resources.files("sandbox_kernel.guest")
-    return "\n".join(files.joinpath(name).read_text() for _, name in GUEST_MODULES)
+    return "\n".join(read_sources(GUEST_MODULES).values())
 
 
-@functools.cache
 def install_source() -> str:
-    """The turn that loads the guest modules and installs the driver (the sources are ours)."""
-    files = importlib.resources.files("sandbox_kernel.guest")
-    sources = {module: files.joinpath(name).read_text() for module, name in GUEST_MODULES}
-    return (
-        "def __sandbox_kernel_boot__(sources):\n"
-        "    import sys, types\n"
-        "    for name, source in sources.items():\n"
-        "        module = types.ModuleType(name)\n"
-        "        code = compile(source, f'<sandbox-kernel {name}>', 'exec')\n"
-        "        exec(code, module.__dict__)\n"
-        "        sys.modules[name] = module\n"
-        "    sys.modules['sandbox_kernel_driver'].install()\n"
-        f"__sandbox_kernel_boot__({sources!r})\n"
-        "del __sandbox_kernel_boot__\n"
-    )
+    """The turn that loads the guest modules and installs the driver."""
+    install = "__import__('sys').modules['sandbox_kernel_driver'].install()\n"
+    return loader_source(GUEST_MODULES, then=install)
 
 
 class ReplSandbox:

@@ -12,14 +12,13 @@ Must not import: wasmtime, anything Jupyter.
 
 from __future__ import annotations
 
-import functools
-import importlib.resources
 import json
 from collections.abc import Mapping, Sequence
 from typing import Annotated, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, TypeAdapter, ValidationError
 
+from sandbox_kernel.repl.guest_sources import loader_source
 from sandbox_kernel.runner.models import LimitHit
 
 __all__ = [
@@ -49,23 +48,9 @@ class PayloadError(ValueError):
     """The guest's answer is missing or malformed."""
 
 
-@functools.cache
 def install_code() -> str:
-    """Python that loads the guest table modules into the session, once (the sources are
-    ours, from the package)."""
-    files = importlib.resources.files("sandbox_kernel.guest")
-    sources = {module: files.joinpath(name).read_text() for module, name in GUEST_MODULES}
-    return (
-        "def __sandbox_kernel_tables_boot__(sources):\n"
-        "    import sys, types\n"
-        "    for name, source in sources.items():\n"
-        "        if name not in sys.modules:\n"
-        "            module = types.ModuleType(name)\n"
-        "            exec(compile(source, f'<sandbox-kernel {name}>', 'exec'), module.__dict__)\n"
-        "            sys.modules[name] = module\n"
-        f"__sandbox_kernel_tables_boot__({sources!r})\n"
-        "del __sandbox_kernel_tables_boot__\n"
-    )
+    """Python that loads the guest table modules into the session, once."""
+    return loader_source(GUEST_MODULES)
 
 
 def _module(name: str) -> str:

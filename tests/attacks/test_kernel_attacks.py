@@ -92,20 +92,6 @@ def test_host_environment_is_out_of_reach(kernel: RunningKernel) -> None:
     assert CANARY_VALUE not in kernel.run_ok("print(os.environ)").stream()
 
 
-@pytest.fixture
-def listening() -> Iterator[socket.socket]:
-    """A real TCP server on the host's loopback."""
-    server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    server.bind(("127.0.0.1", 0))
-    server.listen(8)
-    server.settimeout(0.3)
-    try:
-        yield server
-    finally:
-        server.close()
-
-
 @pytest.mark.parametrize(
     "code",
     [

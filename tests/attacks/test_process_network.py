@@ -8,26 +8,11 @@ from __future__ import annotations
 
 import re
 import socket
-from collections.abc import Iterator
 
 import pytest
 
 from sandbox_kernel import PythonSandbox
 from tests.attacks.conftest import HostGuard
-
-
-@pytest.fixture
-def listening() -> Iterator[socket.socket]:
-    """A real TCP server on the host's loopback, accepting nothing yet."""
-    server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    server.bind(("127.0.0.1", 0))
-    server.listen(8)
-    server.settimeout(0.3)
-    try:
-        yield server
-    finally:
-        server.close()
 
 
 def _ends_in_python_exception(stderr: str) -> bool:

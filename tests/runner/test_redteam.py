@@ -13,7 +13,6 @@ import hashlib
 import json
 import os
 import socket
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -75,19 +74,6 @@ def host(tmp_path_factory: pytest.TempPathFactory) -> Path:
     os.symlink(root / "secret.txt", folder / "link.csv")
     (root / "datasets.toml").write_text('[datasets.ds]\npath = "data/ds"\n')
     return root
-
-
-@pytest.fixture(scope="module")
-def listening() -> Iterator[socket.socket]:
-    server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    server.bind(("127.0.0.1", 0))
-    server.listen(8)
-    server.settimeout(0.2)
-    try:
-        yield server
-    finally:
-        server.close()
 
 
 def _tree(root: Path) -> dict[str, str]:
