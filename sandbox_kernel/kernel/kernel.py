@@ -85,11 +85,13 @@ class SandboxKernel(Kernel):
         self.data = DataMagics(self.settings)
         self.settings = self.data.settings
         self.runlog = RunLog(self.settings.run_log)
+        # Why the model settings are unusable (llm_query and %sandbox say it), or None.
+        self.llm_error: str | None = self.settings.llm_error
         self.llm = self._llm_service()
         config = self.settings.repl_config(on_display=self._display, on_input=self._input)
         if self.llm is not None:
             config = self.llm.configure(config)
-        elif self.settings.llm_error is not None:
+        elif self.llm_error is not None:
             config.on_llm_query = config.on_rlm_query = self._llm_unusable
         self.repl = ReplSandbox(config)
         self._silent = False
@@ -104,14 +106,16 @@ class SandboxKernel(Kernel):
 
     def _llm_service(self) -> LLMService | None:
         """The model behind llm_query and rlm_query; each rlm_query step goes to the run log."""
+        if self.llm_error is not None:
+            return None
         try:
             return self.settings.llm.service(on_step=self.runlog.record_step)
         except LLMConfigError as exc:  # the kernel still starts; llm_query says what is wrong
-            self.settings = self.settings.model_copy(update={"llm_error": str(exc)})
+            self.llm_error = str(exc)
             return None
 
     def _llm_unusable(self, *args: object) -> str:
-        raise LLMConfigError(self.settings.llm_error or "llm_query is not configured")
+        raise LLMConfigError(self.llm_error or "llm_query is not configured")
 
     # -- output from the running cell (called on the worker thread) --------------------------
 

@@ -107,7 +107,7 @@ def _sandbox(kernel: SandboxKernel, args: str) -> str:
 def _llm_line(kernel: SandboxKernel) -> str:
     service = kernel.llm
     if service is None:
-        return f"llm: {kernel.settings.llm_error or 'not configured (SANDBOX_KERNEL_LLM_*)'}"
+        return f"llm: {kernel.llm_error or 'not configured (SANDBOX_KERNEL_LLM_*)'}"
     used, budget = service.meter.read(), service.meter.budget
     approx = "~" if used.tokens_estimated else ""
     text = (
