@@ -6,6 +6,7 @@ pointed at the project's example datasets.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -77,6 +78,47 @@ def test_the_dataset_is_read_only_in_the_session(data_kernel: RunningKernel) -> 
     refused = data_kernel.run("open('/data/retail/orders.csv', 'a').write('x')")
     assert refused.status == "error" and refused.reply["ename"] == "PermissionError"
     assert data_kernel.run_ok("len(orders)").result() == "30", "the data is intact"
+
+
+@pytest.mark.parametrize("name", ["../datasets", "retail/../../etc", "/etc", "retail x"])
+def test_dataset_ids_that_look_like_paths_load_nothing(
+    data_kernel: RunningKernel, name: str
+) -> None:
+    refused = data_kernel.run(f"%dataset {name}")
+    assert refused.reply["ename"] == "UsageError", refused.describe()
+    assert "unknown dataset_id" in refused.reply["evalue"]
+
+
+def test_staged_tables_cannot_reach_the_host_files(data_kernel: RunningKernel) -> None:
+    """%dataset hard-links the host's CSVs into /data: the links share the files, so every
+    way of writing through them must fail and the host's bytes stay as they were."""
+    host_file = REPO / "datasets" / "retail" / "orders.csv"
+    before = hashlib.sha256(host_file.read_bytes()).hexdigest()
+    mode = host_file.stat().st_mode
+    data_kernel.run_ok("%dataset retail")
+    # WASI has no permission bits: the guest's os.chmod succeeds and changes nothing.
+    data_kernel.run_ok("import os\nos.chmod('/data/retail/orders.csv', 0o777)")
+    attacks = (
+        "import os\n"
+        "tries = []\n"
+        "for attack in (\n"
+        "    lambda: open('/data/retail/orders.csv', 'r+').write('x'),\n"
+        "    lambda: os.truncate('/data/retail/orders.csv', 0),\n"
+        "    lambda: os.remove('/data/retail/orders.csv'),\n"
+        "    lambda: os.rename('/data/retail/orders.csv', '/data/retail/o.csv'),\n"
+        "    lambda: open('/data/retail/new.csv', 'w'),\n"
+        "):\n"
+        "    try:\n"
+        "        attack()\n"
+        "        tries.append('WROTE')\n"
+        "    except OSError as exc:\n"
+        "        tries.append(type(exc).__name__)\n"
+        "tries"
+    )
+    tries = data_kernel.run_ok(attacks).result()
+    assert "WROTE" not in tries, tries
+    assert hashlib.sha256(host_file.read_bytes()).hexdigest() == before
+    assert host_file.stat().st_mode == mode
 
 
 def test_dataset_errors_are_usage_errors(data_kernel: RunningKernel) -> None:
