@@ -22,6 +22,7 @@ from typing import Any
 from jupyter_client.manager import KernelManager
 
 KERNELS = ("python3", "sandbox-python")
+SETTLE_SECONDS = 3.0  # after a start, both kernels finish their own background start-up work
 
 
 def start(name: str, cwd: str) -> tuple[KernelManager, Any, float]:
@@ -57,33 +58,37 @@ def interrupt(manager: KernelManager, client: Any) -> float:
     return done - marks["sent"]
 
 
-def measure(name: str, rounds: int) -> dict[str, float]:
+def measure(rounds: int, blocks: int = 3) -> dict[str, dict[str, float]]:
+    """Both kernels measured in alternating blocks, one kernel up at a time (a second kernel
+    and its client's threads slow both on a 2-core machine), so that a slow patch of the
+    machine falls on both alike. Each block: a start, a pause, round trips, interrupts."""
+    samples = {name: {"start": [], "round_trip": [], "interrupt": []} for name in KERNELS}
     with tempfile.TemporaryDirectory(prefix="bench-kernel-") as folder:
-        starts = []
-        for _ in range(3):
-            manager, client, took = start(name, folder)
-            starts.append(took)
-            client.stop_channels()
-            manager.shutdown_kernel(now=True)
-        manager, client, _ = start(name, folder)
-        try:
-            for _ in range(5):
-                round_trip(client, "x = 1")
-            trips = [round_trip(client, "x = 1") for _ in range(rounds)]
-            interrupts = [interrupt(manager, client) for _ in range(5)]
-        finally:
-            client.stop_channels()
-            manager.shutdown_kernel(now=True)
+        for _ in range(blocks):
+            for name in KERNELS:
+                manager, client, took = start(name, folder)
+                taken = samples[name]
+                taken["start"].append(took)
+                try:
+                    time.sleep(SETTLE_SECONDS)
+                    for _ in range(10):
+                        round_trip(client, "x = 1")
+                    for _ in range(rounds // blocks):
+                        taken["round_trip"].append(round_trip(client, "x = 1"))
+                    for _ in range(3):
+                        taken["interrupt"].append(interrupt(manager, client))
+                finally:
+                    client.stop_channels()
+                    manager.shutdown_kernel(now=True)
     return {
-        "start": statistics.median(starts),
-        "round_trip": statistics.median(trips),
-        "interrupt": statistics.median(interrupts),
+        name: {key: statistics.median(values) for key, values in taken.items()}
+        for name, taken in samples.items()
     }
 
 
 def main() -> int:
-    rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 100
-    results = {name: measure(name, rounds) for name in KERNELS}
+    rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 600
+    results = measure(rounds)
     base, ours = results["python3"], results["sandbox-python"]
     goals = {"start": 1.5, "round_trip": 1.2, "interrupt": 2.0}
     print(f"{'median':<12}{'ipykernel':>12}{'sandbox':>12}{'ratio':>9}{'goal':>8}")

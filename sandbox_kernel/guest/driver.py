@@ -3,8 +3,8 @@
 Runs INSIDE the sandbox's CPython. The host execs this source into a fresh module named
 "sandbox_kernel_driver" and calls `install()`, which binds a `Driver` in `__main__` (and in
 builtins) as `__sandbox_kernel__`; from then on the host enters the guest only with one-call
-turns such as `__sandbox_kernel__.run_cell(3)`. Unit tests run it under host CPython 3.11, so
-it uses no newer syntax.
+turns such as `__sandbox_kernel__.run_cell(3, 'x = 1')`. Unit tests run it under host CPython
+3.11, so it uses no newer syntax.
 
 What cells see: `context` in __main__; display, input, llm_query, llm_query_batched,
 rlm_query, chunk_text and search_context in builtins; time.sleep and getpass.getpass go
@@ -175,15 +175,15 @@ class Driver:
 
     # -- cells ---------------------------------------------------------------------------
 
-    def run_cell(self, n: int) -> None:
-        """Run cell `n` (its source comes from the host) and report the outcome with `done`."""
+    def run_cell(self, n: int, source: str) -> None:
+        """Run cell `n`, whose text is `source`, and report the outcome with `done`."""
         self.flag[0] = 0
         self.displays = []
         status, error, value = "ok", None, None
         result: dict[str, Any] | None = None
         metadata: dict[str, Any] = {}
         try:
-            value = self._execute(n)
+            value = self._execute(n, source)
             if value is not None:
                 result, metadata = format_bundle(value)
         except KeyboardInterrupt as exc:
@@ -196,11 +196,8 @@ class Driver:
         reply.update(result_metadata=metadata, displays=self.displays)
         self.request("done", cell=n, reply=reply)
 
-    def _execute(self, n: int) -> Any:
+    def _execute(self, n: int, source: str) -> Any:
         """Run the cell in __main__; the value of its last expression (None if it has none)."""
-        source = self.request("source", cell=n)
-        if not isinstance(source, str):
-            raise RuntimeError("the sandbox host sent a cell source that is not a str")
         filename = f"<cell-{n}>"
         lines = io.StringIO(source).readlines()  # split as the compiler counts lines
         linecache.cache[filename] = (len(source), None, lines, filename)

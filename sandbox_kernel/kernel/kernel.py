@@ -207,7 +207,8 @@ class SandboxKernel(Kernel):
             return self._magic_reply(plan.reply, count, silent)
         if self._preparing and self._ready.is_alive() and not silent:
             self._stream("stderr", self._preparing)
-        await asyncio.to_thread(self._ready.join)
+        if self._ready.is_alive():  # the session is still starting: wait off the loop
+            await asyncio.to_thread(self._ready.join)
         self._silent = silent
         before = snapshot(self.settings.workspace)
         try:

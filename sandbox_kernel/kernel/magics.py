@@ -98,10 +98,20 @@ def _sandbox(kernel: SandboxKernel, args: str) -> str:
         f"executions: {usage['executions']}  rollbacks: {repl.rollbacks}",
         f"fuel used: {usage['fuel_consumed']:,}  time: {usage['duration_ms'] / 1000:.2f} s",
         f"memory: {usage['memory_bytes']:,} of {repl.config.policy.memory_bytes:,} bytes",
+        *_image_line(usage),
         _llm_line(kernel),
         f"run log: {kernel.runlog.path}",
     ]
     return "\n".join(lines) + "\n"
+
+
+def _image_line(usage: dict[str, Any]) -> list[str]:
+    """How the rollback image is kept (the wasm backend only: the native one has none)."""
+    if "capture" not in usage:
+        return []
+    how = "pages written" if usage["capture"] == "written pages" else "whole memory"
+    last = usage["last_capture_bytes"]
+    return [f"rollback image: {how} copied after each execution (last {last:,} bytes)"]
 
 
 def _llm_line(kernel: SandboxKernel) -> str:

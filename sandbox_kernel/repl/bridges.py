@@ -28,7 +28,7 @@ __all__ = ["Bridge", "LineSplitter", "escalate_after", "stop_check"]
 _WAIT_SLICE_SECONDS = 0.01
 # The driver's own bookkeeping (a cell's source and report, values, context): never counted
 # against the per-execution budgets, so a cell that spent them can still report.
-_BOOKKEEPING = frozenset({"hello", "source", "done", "value", "context"})
+_BOOKKEEPING = frozenset({"hello", "done", "value", "context"})
 # The bridge whose request a callback is answering (set in the callback's context).
 _SERVING: contextvars.ContextVar[Bridge | None] = contextvars.ContextVar(
     "sandbox_kernel_serving", default=None
@@ -89,7 +89,6 @@ class Bridge:
         self.soft_cancel = threading.Event()
         self.hard_cancel = threading.Event()
         self.deadline = float("inf")
-        self.sources: dict[int, str] = {}
         self.replies: dict[int, CellReply] = {}
         self.flag_magic: bytes | None = None
         self.values: dict[str, tuple[bool, Any]] = {}
@@ -141,12 +140,6 @@ class Bridge:
     def _op_hello(self, request: dict[str, Any]) -> bytes:
         self.flag_magic = bytes.fromhex(str(request.get("flag_magic", "")))
         return ok_answer()
-
-    def _op_source(self, request: dict[str, Any]) -> bytes:
-        source = self.sources.get(int(request.get("cell", -1)))
-        if source is None:
-            return error_answer("ValueError", "no such cell")
-        return ok_answer(source)
 
     def _op_done(self, request: dict[str, Any]) -> bytes:
         self.replies[int(request["cell"])] = CellReply.model_validate(request["reply"])

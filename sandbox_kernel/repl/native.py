@@ -43,7 +43,7 @@ from sandbox_kernel.repl import native_child as rpc
 from sandbox_kernel.repl.bridges import Bridge, LineSplitter, escalate_after
 from sandbox_kernel.repl.models import CodeExecution, ExecutionStatus, REPLConfig
 from sandbox_kernel.repl.native_process import Child, Ended
-from sandbox_kernel.repl.protocol import DRIVER_NAME
+from sandbox_kernel.repl.protocol import DRIVER_NAME, run_cell_turn
 from sandbox_kernel.repl.results import UsageReading, execution_from_reply, stopped_execution
 
 __all__ = ["NativeReplSandbox"]
@@ -233,17 +233,15 @@ class NativeReplSandbox:
             child = self._live()
             self._count += 1
             number = self._count
-            self.bridge.sources[number] = code
             stdout, stderr = self._streams()
             child.route(stdout.stream, stderr.stream)
             started = time.perf_counter()
             try:
-                ended = self._run_cell(child, number)
+                ended = self._run_cell(child, number, code)
             finally:
                 for stream in (stdout, stderr):
                     stream.flush()
             duration_ms = (time.perf_counter() - started) * 1000
-            self.bridge.sources.pop(number, None)
             reply = self.bridge.replies.pop(number, None)
             outcome = TurnOutcome(0, None, None, 0, duration_ms, stdout.stream, stderr.stream)
             if reply is not None:
@@ -265,7 +263,7 @@ class NativeReplSandbox:
             ),
         )
 
-    def _run_cell(self, child: Child, number: int) -> Ended:
+    def _run_cell(self, child: Child, number: int, code: str) -> Ended:
         timeout = self.config.timeout_ms / 1000
         deadline = time.monotonic() + timeout
         self.bridge.begin(timeout)
@@ -281,7 +279,7 @@ class NativeReplSandbox:
         self._hard_requested = False
         self._running.set()
         try:
-            return self._turn(child, f"{DRIVER_NAME}.run_cell({number})", self.bridge, stop)
+            return self._turn(child, run_cell_turn(number, code), self.bridge, stop)
         finally:
             self._running.clear()
             if self._escalation is not None:

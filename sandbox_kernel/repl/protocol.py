@@ -12,7 +12,6 @@ Guest -> host requests (the driver's side is sandbox_kernel/guest/driver.py):
     hello      {"flag_magic": hex}         once, at session start: the 16 bytes that follow
                                            the soft-interrupt flag byte in guest memory
                -> {"ok": true}
-    source     {"cell": n}                 the source of the cell to run -> {"ok": "<code>"}
     done       {"cell": n, "reply": {...}}  the cell's outcome (CellReply below) -> {"ok": true}
     display    {"data": {mime: value}, "metadata": {...}}   a display() or a figure, live
                -> {"ok": true}
@@ -29,8 +28,9 @@ Guest -> host requests (the driver's side is sandbox_kernel/guest/driver.py):
     value      {"name": n, "value": ..., "found": bool}  get_variable's answer -> {"ok": true}
 
 Host -> guest: the host only ever enters the guest with a `turn` whose source is one call
-into the driver, `__sandbox_kernel__.<method>(<int or repr'd str>)`, so no user text is ever
-spliced into code.
+into the driver, `__sandbox_kernel__.<method>(<int or repr'd str>, ...)`, so no user text is
+ever spliced into code. A cell's source comes with its turn (`run_cell_turn`): asking for it
+through the door cost a crossing, 0.1 ms of a trivial cell.
 
 Must not import: wasmtime, anything Jupyter.
 """
@@ -51,6 +51,7 @@ __all__ = [
     "encode_context",
     "error_answer",
     "ok_answer",
+    "run_cell_turn",
 ]
 
 DRIVER_NAME: Final = "__sandbox_kernel__"
@@ -124,3 +125,9 @@ def encode_context(context: object) -> bytes:
         kind, payload = "json", json.dumps(context, ensure_ascii=False).encode("utf-8")
     header = json.dumps({"kind": kind, "length": len(payload)}).encode("utf-8")
     return header + b"\n" + payload
+
+
+def run_cell_turn(number: int, code: str) -> str:
+    """The turn that runs cell `number`: its source travels as a str literal (repr escapes
+    whatever could end it), so the cell's text is data, never code of the turn itself."""
+    return f"{DRIVER_NAME}.run_cell({int(number)}, {code!r})"

@@ -8,10 +8,12 @@
                                hard stop with rollback after `interrupt_grace_seconds`
     destroy()                  release the guest
 
-After every execution that ends by itself, the session's memory image is captured on a
-background thread (the session is idle then, so it costs the user nothing); a hard stop (fuel,
-deadline, trap, hard interrupt) restores the last image into a fresh instance, so variables
-from earlier executions survive and the result says rolled_back=True.
+After every execution that ends by itself, the session's memory image is brought up to date on
+a background thread (the session is idle then): only the pages the execution wrote are copied
+into it where the host watches writes (host/write_watch), the whole memory elsewhere. The next
+execution waits for that copy. A hard stop (fuel, deadline, trap, hard interrupt) restores the
+image into a fresh instance, so variables from earlier executions survive and the result says
+rolled_back=True.
 
 Must not import: wasmtime (host/ does that), anything Jupyter.
 """
@@ -43,7 +45,7 @@ from sandbox_kernel.repl import warm
 from sandbox_kernel.repl.bridges import Bridge, LineSplitter, escalate_after
 from sandbox_kernel.repl.guest_sources import loader_source, read_sources
 from sandbox_kernel.repl.models import CodeExecution, ExecutionStatus, REPLConfig
-from sandbox_kernel.repl.protocol import DRIVER_NAME
+from sandbox_kernel.repl.protocol import DRIVER_NAME, run_cell_turn
 from sandbox_kernel.repl.results import UsageReading, execution_from_reply, stopped_execution
 from sandbox_kernel.runtimes.base import limits_from_policy
 
@@ -100,9 +102,8 @@ class ReplSandbox:
         self.workspace = Path(root).expanduser().resolve()
         self._lock = threading.RLock()
         self._session: GuestSession | None = None
-        self._image: MemoryImage | None = None
-        self._spare: MemoryImage | None = None  # an old image whose buffer capture reuses
-        # One long-lived thread copies the memory image after each execution (a new thread
+        self._image: MemoryImage | None = None  # the session before the running execution
+        # One long-lived thread updates the memory image after each execution (a new thread
         # per cell cost up to 2 ms); `_capture` is the copy in flight.
         self._copier = concurrent.futures.ThreadPoolExecutor(1, "sandbox-kernel-capture")
         self._capture: concurrent.futures.Future[None] | None = None
@@ -136,7 +137,7 @@ class ReplSandbox:
                 self._start()
             self._context = context
             self._setup_turn(f"{DRIVER_NAME}.load_context()")
-            self._image = self._session_or_fail().capture()
+            self._image = self._session_or_fail().capture(into=self._image)
 
     def _start(self) -> None:
         policy = self.config.policy
@@ -194,7 +195,7 @@ class ReplSandbox:
             self._copier.shutdown(wait=True)
             if self._session is not None:
                 self._session.close()
-            self._session, self._image, self._spare = None, None, None
+            self._session, self._image = None, None
             if self._scratch is not None:
                 self._scratch.cleanup()
                 self._scratch = None
@@ -232,12 +233,10 @@ class ReplSandbox:
             self._join_capture()
             self._count += 1
             number = self._count
-            self.bridge.sources[number] = code
-            outcome = self._run_cell(session, number, on_stdout, on_stderr)
+            outcome = self._run_cell(session, number, code, on_stdout, on_stderr)
             self._totals["executions"] += 1
             self._totals["fuel_consumed"] += outcome.fuel_consumed
             self._totals["duration_ms"] += outcome.duration_ms
-            self.bridge.sources.pop(number, None)
             reply = self.bridge.replies.pop(number, None)
             if outcome.trapped or reply is None:
                 return self._rolled_back(session, outcome, number)
@@ -248,6 +247,7 @@ class ReplSandbox:
         self,
         session: GuestSession,
         number: int,
+        code: str,
         on_stdout: Callable[[str], None] | None,
         on_stderr: Callable[[str], None] | None,
     ) -> TurnOutcome:
@@ -269,7 +269,7 @@ class ReplSandbox:
         self._hard_requested = False
         self._running.set()
         try:
-            return session.turn(f"{DRIVER_NAME}.run_cell({number})", limits)
+            return session.turn(run_cell_turn(number, code), limits)
         finally:
             self._running.clear()
             if self._escalation is not None:
@@ -314,9 +314,8 @@ class ReplSandbox:
         previous = self._image
 
         def capture() -> None:
-            # The image before the last cell is no longer needed: its buffer is reused.
-            self._image = session.capture(reuse=self._spare)
-            self._spare = previous
+            # The image before the last cell is no longer needed: it becomes the image after it.
+            self._image = session.capture(into=previous)
 
         self._capture = self._copier.submit(capture)
 
@@ -357,6 +356,8 @@ class ReplSandbox:
             "memory_bytes": session.memory_bytes() if session is not None else 0,
             "image": session.image.binary.name if session is not None else None,
             "rollbacks": self.rollbacks,
+            "capture": "written pages" if session is not None and session.watching else "whole",
+            "last_capture_bytes": session.last_capture_bytes if session is not None else 0,
         }
 
     # -- variables ---------------------------------------------------------------------------

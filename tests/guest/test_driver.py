@@ -43,7 +43,6 @@ class FakeDoor:
 
     def __init__(self) -> None:
         self.requests: list[dict[str, Any]] = []
-        self.sources: dict[int, str] = {}
         self.answers: dict[str, Callable[[dict[str, Any]], bytes]] = {}
         self.context: object = None
 
@@ -53,8 +52,6 @@ class FakeDoor:
         op = request["op"]
         if op in self.answers:
             return self.answers[op](request)
-        if op == "source":
-            return ok_answer(self.sources[request["cell"]])
         if op == "context":
             return encode_context(self.context)
         return ok_answer(True)
@@ -72,8 +69,7 @@ class Session:
 
     def run(self, source: str) -> dict[str, Any]:
         self.cells += 1
-        self.door.sources[self.cells] = source
-        self.driver.run_cell(self.cells)
+        self.driver.run_cell(self.cells, source)
         done = self.door.sent("done")[-1]
         assert done["cell"] == self.cells
         return done["reply"]

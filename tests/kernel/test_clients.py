@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import time
 from pathlib import Path
 
@@ -274,6 +275,7 @@ def test_sandbox_magic_reports_usage(kernel: RunningKernel) -> None:
     text = kernel.run_ok("%sandbox").stream()
     for key in ("image:", "executions:", "rollbacks:", "fuel used:", "memory:"):
         assert key in text, text
+    assert re.search(r"rollback image: (pages written|whole memory) copied after each ", text)
 
 
 def test_who_magic_lists_variables(kernel: RunningKernel) -> None:

@@ -1,0 +1,136 @@
+"""A session's memory image, patched with the pages each turn wrote, is the memory itself.
+
+The rollback image after a turn is the previous image plus the pages the write watch saw
+written (host/write_watch). These turns write memory every way a cell can: the interpreter's
+own heap, a grown memory, the kernel reading a file into a guest buffer (WASI fd_read), a
+turn that fails; after each one the patched image must be byte for byte what a full copy
+would be. The same holds on a host that cannot watch writes (whole copies).
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sandbox_kernel import ExecutionPolicy
+from sandbox_kernel.host import session as session_module
+from sandbox_kernel.host.artifacts import python_image
+from sandbox_kernel.host.session import GuestSession, MemoryImage, SessionConfig, TurnLimits
+from sandbox_kernel.host.wasi_config import Preopen
+from sandbox_kernel.host.write_watch import WriteWatch
+from sandbox_kernel.runtimes.base import limits_from_policy
+
+LIMITS = TurnLimits(
+    fuel=50_000_000_000, timeout_seconds=60, stdout_max_bytes=1 << 20, stderr_max_bytes=1 << 20
+)
+MEMORY_BYTES = 256 << 20
+
+TURNS = [
+    "x = 1",
+    "names = {i: str(i) * 3 for i in range(20_000)}",
+    "big = bytearray(40_000_000)",  # grows the memory
+    "big[::4096] = b'z' * len(big[::4096])",
+    "del big",
+    "open('/app/data.bin', 'wb').write(bytes(range(256)) * 8_000)",
+    "into = bytearray(2_048_000)\nwith open('/app/data.bin', 'rb') as f: f.readinto(into)",
+    "1 / 0",  # fails: the turn still ran and wrote
+    "names.clear()",
+    "pass",
+]
+
+
+def new_session(workspace: Path) -> GuestSession:
+    policy = ExecutionPolicy(mount_host_dir=workspace)
+    config = SessionConfig(
+        preopens=[Preopen(workspace, "/app", writable=True)],
+        env={},
+        memory_bytes=MEMORY_BYTES,
+        guard=limits_from_policy(policy).guard,
+    )
+    return GuestSession(python_image(), config, door=None)
+
+
+@pytest.fixture
+def session(workspace: Path) -> Iterator[GuestSession]:
+    made = new_session(workspace)
+    yield made
+    made.close()
+
+
+def memory_now(session: GuestSession) -> bytes:
+    size = session.memory_bytes()
+    return (ctypes.c_char * size).from_address(session._base).raw
+
+
+def turn(session: GuestSession, source: str) -> None:
+    outcome = session.turn(source, LIMITS)
+    assert not outcome.trapped, outcome.trap_message
+
+
+def test_a_patched_image_is_the_memory_after_every_turn(session: GuestSession) -> None:
+    image = session.capture()
+    patched = 0
+    for source in TURNS:
+        turn(session, source)
+        size = session.memory_bytes()
+        image = session.capture(into=image)
+        patched += session.last_capture_bytes < size
+        assert image.data == memory_now(session), f"the image differs after {source!r}"
+    if session.watching:  # only pages written were copied, most of the time
+        assert patched >= len(TURNS) - 2
+
+
+def test_a_restored_image_is_patched_from_then_on(session: GuestSession) -> None:
+    turn(session, "kept = list(range(1000))")
+    image = session.capture()
+    turn(session, "kept.append('lost'); lost = 1")
+    session.restore(image)  # the rollback: a fresh instance holding the image
+    turn(session, "assert kept[-1] == 999 and 'lost' not in globals(), kept[-1]")
+    image = session.capture(into=image)
+    assert image.data == memory_now(session)
+    turn(session, "kept.append('after')")
+    image = session.capture(into=image)
+    assert image.data == memory_now(session)
+
+
+def test_another_image_is_copied_whole(session: GuestSession) -> None:
+    first = session.capture()
+    turn(session, "y = 2")
+    stranger = MemoryImage(bytearray(first.data), first.flag_address)  # not the session's own
+    image = session.capture(into=stranger)
+    assert session.last_capture_bytes == session.memory_bytes()
+    assert image.data == memory_now(session)
+
+
+def test_without_a_write_watch_every_capture_is_whole(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(WriteWatch, "open", classmethod(lambda cls, *args, **kwargs: None))
+    session = new_session(workspace)
+    try:
+        image = session.capture()
+        for source in TURNS[:4]:
+            turn(session, source)
+            image = session.capture(into=image)
+            assert not session.watching
+            assert session.last_capture_bytes == session.memory_bytes()
+            assert image.data == memory_now(session)
+    finally:
+        session.close()
+
+
+def test_writable_pages_are_protected_again_past_the_limit(
+    session: GuestSession, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    image = session.capture()
+    if not session.watching:
+        pytest.skip("this host cannot watch writes")
+    monkeypatch.setattr(session_module, "REPROTECT_BYTES", 0)
+    turn(session, "z = 3")
+    image = session.capture(into=image)  # copies what `z = 3` wrote, then protects it
+    image = session.capture(into=image)  # nothing written since: nothing copied
+    assert session.last_capture_bytes == 0
+    assert image.data == memory_now(session)
