@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib.metadata
+import mmap
 import os
 import tempfile
 import threading
@@ -166,7 +167,7 @@ def _owned_by_us(path: Path) -> bool:
     return not path.is_symlink() and st.st_uid == os.getuid()
 
 
-def write_atomically(target: Path, data: bytes | bytearray) -> None:
+def write_atomically(target: Path, data: bytes | bytearray | mmap.mmap) -> None:
     """Write a cache file whole or not at all (a temporary file renamed over the name), in
     a private folder made if needed."""
     target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)

@@ -100,9 +100,12 @@ class SandboxKernel(Kernel):
         # a minute once per machine, which should never look like a hang.
         self._preparing = _preparing_notice()
         self._start_interrupt_reader()
+        # The guest session starts on a thread of its own once the kernel has answered its
+        # first kernel_info_request (or at the first request that needs it): starting it
+        # during the kernel's own start-up made that 80 ms slower, both sharing 2 cores.
         self._ready = threading.Thread(target=self.repl.initialize, name="sandbox-kernel-start")
         self._ready.daemon = True
-        self._ready.start()
+        self._starting = threading.Lock()
 
     def _llm_service(self) -> LLMService | None:
         """The model behind llm_query and rlm_query; each rlm_query step goes to the run log."""
@@ -182,6 +185,23 @@ class SandboxKernel(Kernel):
         with contextlib.suppress(OSError):  # a full pipe already holds an interrupt
             os.write(self._interrupt_write, b"!")
 
+    # -- the session's start ----------------------------------------------------------------
+
+    def _start_session(self) -> None:
+        with self._starting:
+            if self._ready.ident is None:
+                self._ready.start()
+
+    async def _session_ready(self) -> None:
+        """Wait (off the event loop) for the session to have started."""
+        self._start_session()
+        if self._ready.is_alive():
+            await asyncio.to_thread(self._ready.join)
+
+    async def kernel_info_request(self, stream: Any, ident: Any, parent: Any) -> None:
+        await super().kernel_info_request(stream, ident, parent)
+        self._start_session()
+
     # -- requests ---------------------------------------------------------------------------
 
     async def do_execute(
@@ -199,16 +219,16 @@ class SandboxKernel(Kernel):
         self._allow_stdin = allow_stdin
         if code.strip() in _EXIT_WORDS:  # as IPython: the client (jupyter console) leaves
             return messages.execute_reply(None, count, payload=[_ASK_EXIT])
+        self._start_session()  # before any magic: %context must not be undone by the start
+        if self._preparing and self._ready.is_alive() and not silent:
+            self._stream("stderr", self._preparing)
+        await self._session_ready()
         handled = magics.handle(self, code)
         if handled is not None:
             return self._magic_reply(handled, count, silent)
         plan = self.data.plan(code)  # %dataset and %%sql as guest code; the guarded check
         if plan.reply is not None:
             return self._magic_reply(plan.reply, count, silent)
-        if self._preparing and self._ready.is_alive() and not silent:
-            self._stream("stderr", self._preparing)
-        if self._ready.is_alive():  # the session is still starting: wait off the loop
-            await asyncio.to_thread(self._ready.join)
         self._silent = silent
         before = snapshot(self.settings.workspace)
         try:
@@ -282,7 +302,7 @@ class SandboxKernel(Kernel):
         return results
 
     async def do_complete(self, code: str, cursor_pos: int) -> dict[str, Any]:
-        await asyncio.to_thread(self._ready.join)
+        await self._session_ready()
         reply = await asyncio.to_thread(self.repl.complete, code, cursor_pos)
         return reply or {
             "status": "ok",
@@ -295,7 +315,7 @@ class SandboxKernel(Kernel):
     async def do_inspect(
         self, code: str, cursor_pos: int, detail_level: int = 0, omit_sections: Any = ()
     ) -> dict[str, Any]:
-        await asyncio.to_thread(self._ready.join)
+        await self._session_ready()
         reply = await asyncio.to_thread(self.repl.inspect, code, cursor_pos, detail_level)
         return reply or {"status": "ok", "found": False, "data": {}, "metadata": {}}
 
@@ -323,7 +343,9 @@ class SandboxKernel(Kernel):
         # Synchronous on purpose: awaiting a thread here let ipykernel close its iopub thread
         # first, and the control thread then hung publishing 'idle' (the process never left).
         self.repl.cancel()
-        self._ready.join()
+        with self._starting:
+            if self._ready.ident is not None:
+                self._ready.join()
         self.repl.destroy()
         with contextlib.suppress(OSError):
             os.close(self._interrupt_write)

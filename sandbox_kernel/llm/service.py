@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from sandbox_kernel.core.usage import LLMBudget
 from sandbox_kernel.llm.base import ChatMessage, Completion, LLMProvider, user
@@ -25,8 +26,10 @@ from sandbox_kernel.llm.meter import UsageMeter
 from sandbox_kernel.llm.rlm import RLMLoop, RLMSettings, RLMStep
 from sandbox_kernel.repl import create_repl
 from sandbox_kernel.repl.models import REPLConfig
-from sandbox_kernel.repl.native import NativeReplSandbox
-from sandbox_kernel.repl.sandbox import ReplSandbox
+
+if TYPE_CHECKING:
+    from sandbox_kernel.repl.native import NativeReplSandbox
+    from sandbox_kernel.repl.sandbox import ReplSandbox
 
 __all__ = ["LLMService"]
 

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from sandbox_kernel.repl.models import CodeExecution, ExecutionStatus, REPLConfig
-from sandbox_kernel.repl.native import NativeReplSandbox
 from sandbox_kernel.repl.sandbox import ReplSandbox
+
+if TYPE_CHECKING:
+    from sandbox_kernel.repl.native import NativeReplSandbox
 
 __all__ = ["CodeExecution", "ExecutionStatus", "REPLConfig", "ReplSandbox", "create_repl"]
 
@@ -14,5 +18,7 @@ def create_repl(config: REPLConfig | None = None) -> ReplSandbox | NativeReplSan
     "native" is NativeReplSandbox, a plain CPython subprocess with NO sandbox)."""
     config = config if config is not None else REPLConfig()
     if config.backend == "native":
+        from sandbox_kernel.repl.native import NativeReplSandbox  # only when asked for
+
         return NativeReplSandbox(config)
     return ReplSandbox(config)

@@ -160,6 +160,7 @@ class ReplSandbox:
         saved = warm.load(image, driver_source(), self.config.warm_start_modules, layout)
         if saved is not None and len(saved.data) <= policy.memory_bytes:
             self._session.restore(saved)
+            self._image = saved  # the session's memory now: later captures patch it
             return
         self._setup_turn(install_source())
         if self.bridge.flag_magic is not None:

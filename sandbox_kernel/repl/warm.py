@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import mmap
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from sandbox_kernel.host.artifacts import PythonImage, sha256_of
 from sandbox_kernel.host.engine import cache_dir, write_atomically
-from sandbox_kernel.host.session import GuestSession, MemoryImage
+from sandbox_kernel.host.session import GuestSession, MemoryImage, image_buffer
 
 if TYPE_CHECKING:
     from sandbox_kernel.host.wasi_config import Preopen
@@ -59,11 +60,21 @@ def load(
         # Checked by digest, computed once per file identity (artifacts.sha256_of).
         if sha256_of(data_path) != meta.get("sha256"):
             return None
-        data = data_path.read_bytes()
+        data = _read_whole(data_path)
     except (OSError, ValueError):
         return None
     flag = meta.get("flag_address")
     return MemoryImage(data, flag if isinstance(flag, int) else None)
+
+
+def _read_whole(path: Path) -> mmap.mmap:
+    """The file in a writable image buffer of its own: the session patches it in place with
+    what later turns write, so the first capture after a warm start copies little."""
+    with path.open("rb", buffering=0) as f:
+        data = image_buffer(os.fstat(f.fileno()).st_size)
+        if f.readinto(data) != len(data):
+            raise ValueError(f"{path} changed while it was read")
+    return data
 
 
 def save(

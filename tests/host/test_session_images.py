@@ -78,7 +78,7 @@ def test_a_patched_image_is_the_memory_after_every_turn(session: GuestSession) -
         size = session.memory_bytes()
         image = session.capture(into=image)
         patched += session.last_capture_bytes < size
-        assert image.data == memory_now(session), f"the image differs after {source!r}"
+        assert image.data[:] == memory_now(session), f"the image differs after {source!r}"
     if session.watching:  # only pages written were copied, most of the time
         assert patched >= len(TURNS) - 2
 
@@ -90,19 +90,19 @@ def test_a_restored_image_is_patched_from_then_on(session: GuestSession) -> None
     session.restore(image)  # the rollback: a fresh instance holding the image
     turn(session, "assert kept[-1] == 999 and 'lost' not in globals(), kept[-1]")
     image = session.capture(into=image)
-    assert image.data == memory_now(session)
+    assert image.data[:] == memory_now(session)
     turn(session, "kept.append('after')")
     image = session.capture(into=image)
-    assert image.data == memory_now(session)
+    assert image.data[:] == memory_now(session)
 
 
 def test_another_image_is_copied_whole(session: GuestSession) -> None:
     first = session.capture()
     turn(session, "y = 2")
-    stranger = MemoryImage(bytearray(first.data), first.flag_address)  # not the session's own
+    stranger = MemoryImage(bytes(first.data), first.flag_address)  # not the session's own
     image = session.capture(into=stranger)
     assert session.last_capture_bytes == session.memory_bytes()
-    assert image.data == memory_now(session)
+    assert image.data[:] == memory_now(session)
 
 
 def test_without_a_write_watch_every_capture_is_whole(
@@ -117,7 +117,7 @@ def test_without_a_write_watch_every_capture_is_whole(
             image = session.capture(into=image)
             assert not session.watching
             assert session.last_capture_bytes == session.memory_bytes()
-            assert image.data == memory_now(session)
+            assert image.data[:] == memory_now(session)
     finally:
         session.close()
 
@@ -133,4 +133,4 @@ def test_writable_pages_are_protected_again_past_the_limit(
     image = session.capture(into=image)  # copies what `z = 3` wrote, then protects it
     image = session.capture(into=image)  # nothing written since: nothing copied
     assert session.last_capture_bytes == 0
-    assert image.data == memory_now(session)
+    assert image.data[:] == memory_now(session)
