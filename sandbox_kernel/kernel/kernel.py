@@ -351,4 +351,5 @@ class SandboxKernel(Kernel):
             os.close(self._interrupt_write)
         if self.llm is not None:
             self.llm.close()
+        self.runlog.close()
         return {"status": "ok", "restart": restart}

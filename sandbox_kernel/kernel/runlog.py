@@ -29,6 +29,7 @@ class RunLog:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._lock = threading.Lock()
+        self._fd = -1  # kept open between lines; opened again if the file is removed
 
     def record(self, code: str, execution: CodeExecution, **extra: Any) -> None:
         entry = {
@@ -51,24 +52,34 @@ class RunLog:
     def record_step(self, step: RLMStep) -> None:
         self._write({"ts": _now(), "event": "rlm_step", **step.model_dump()})
 
+    def close(self) -> None:
+        with self._lock:
+            if self._fd >= 0:
+                os.close(self._fd)
+                self._fd = -1
+
     def _write(self, entry: dict[str, Any]) -> None:
         line = json.dumps(entry, ensure_ascii=False, default=str) + "\n"
         with self._lock:
-            self._append(line.encode("utf-8"))
+            if self._fd >= 0 and os.fstat(self._fd).st_nlink == 0:  # removed: start a new one
+                os.close(self._fd)
+                self._fd = -1
+            if self._fd < 0:
+                self._fd = self._open()
+            os.write(self._fd, line.encode("utf-8"))
 
-    def _append(self, data: bytes) -> None:
-        """Append through a folder opened without following links: the log's folder is in
-        the guest's workspace, so the guest could have replaced it with a link."""
+    def _open(self) -> int:
+        """Open for appending through a folder opened without following links: the log's
+        folder is in the guest's workspace, so the guest could have replaced it with a link.
+        The descriptor is kept, so a link made later changes nothing."""
         folder = self.path.parent
         with contextlib.suppress(FileExistsError):  # a file or a link there: refused below
             folder.mkdir(parents=True, exist_ok=True)
         nofollow = getattr(os, "O_NOFOLLOW", 0)
         dir_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | nofollow)
         try:
-            flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | nofollow
-            fd = os.open(self.path.name, flags, 0o600, dir_fd=dir_fd)
-            with os.fdopen(fd, "ab") as out:
-                out.write(data)
+            flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | nofollow | os.O_CLOEXEC
+            return os.open(self.path.name, flags, 0o600, dir_fd=dir_fd)
         finally:
             os.close(dir_fd)
 
