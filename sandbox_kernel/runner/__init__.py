@@ -15,8 +15,9 @@ Re-exports only, imported on first use (the kernel loads this package for %datas
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from sandbox_kernel._lazy import lazy_getattr
 
 if TYPE_CHECKING:
     from sandbox_kernel.runner.api import execute_python, execute_sql, run_request
@@ -108,10 +109,4 @@ _HOMES = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(home), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_getattr(__name__, _HOMES)
