@@ -34,12 +34,13 @@ Must not import: sandbox_kernel.repl, runtimes, anything Jupyter.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import mmap
 import re
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import wasmtime
@@ -133,6 +134,17 @@ def image_buffer(size: int) -> mmap.mmap:
     holding it, 30 ms that stalled every other thread of a starting kernel)."""
     flags = getattr(mmap, "MAP_PRIVATE", 0) | getattr(mmap, "MAP_ANONYMOUS", 0)
     return mmap.mmap(-1, size, flags=flags) if flags else mmap.mmap(-1, size)
+
+
+@contextlib.contextmanager
+def _address_of(buffer: mmap.mmap) -> Iterator[int]:
+    """The buffer's address for ctypes copies; the export is released on leaving, so the
+    buffer may be closed or freed later."""
+    view = (ctypes.c_char * len(buffer)).from_buffer(buffer)
+    try:
+        yield ctypes.addressof(view)
+    finally:
+        del view
 
 
 class _Router:
@@ -355,9 +367,8 @@ class GuestSession:
         if not isinstance(buffer, mmap.mmap) or len(buffer) != size:
             buffer = image_buffer(size)
         self._rewatch(size)  # before the copy: every write from here on is seen
-        target = (ctypes.c_char * size).from_buffer(buffer)
-        ctypes.memmove(target, self._base, size)
-        del target  # release the export, so the buffer may be resized or freed later
+        with _address_of(buffer) as address:
+            ctypes.memmove(address, self._base, size)
         self.last_capture_bytes = size
         return self._rebase(MemoryImage(buffer, self.flag_address))
 
@@ -365,11 +376,9 @@ class GuestSession:
         """Copy the written `runs` into `image`'s buffer."""
         buffer = image.data
         assert isinstance(buffer, mmap.mmap)
-        target = (ctypes.c_char * len(buffer)).from_buffer(buffer)
-        address = ctypes.addressof(target)
-        for offset, length in runs:
-            ctypes.memmove(address + offset, self._base + offset, length)
-        del target
+        with _address_of(buffer) as address:
+            for offset, length in runs:
+                ctypes.memmove(address + offset, self._base + offset, length)
         self.last_capture_bytes = sum(length for _, length in runs)
         if image.flag_address != self.flag_address:
             image = MemoryImage(buffer, self.flag_address)
@@ -416,9 +425,8 @@ class GuestSession:
         self._base = self._memory_base()  # growth may move a dynamic memory
         source = image.data
         if isinstance(source, mmap.mmap):
-            view = (ctypes.c_char * len(source)).from_buffer(source)
-            ctypes.memmove(self._base, view, len(source))
-            del view
+            with _address_of(source) as address:
+                ctypes.memmove(self._base, address, len(source))
         else:
             ctypes.memmove(self._base, source, len(source))
         self.flag_address = image.flag_address

@@ -26,8 +26,8 @@ Must not import: wasmtime, sandbox_kernel.repl, anything Jupyter.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import fcntl
+import functools
 import os
 import struct
 import sys
@@ -57,6 +57,13 @@ _PM_SCAN_ARG = struct.Struct("=12Q")  # size, flags, start, end, walk_end, vec, 
 _REGION_WORDS = 3  # struct page_region: start, end, categories
 
 
+@functools.cache
+def _libc() -> ctypes.CDLL:
+    """The C library's symbols, from the process itself (ctypes.util.find_library would run
+    ldconfig in a subprocess at every session start)."""
+    return ctypes.CDLL(None, use_errno=True)
+
+
 class WriteWatch:
     """A write watch over one page-aligned range of this process's memory. One caller at a
     time (the lock only guards against a close during a scan)."""
@@ -80,9 +87,8 @@ class WriteWatch:
         number = _NR_USERFAULTFD.get(os.uname().machine) if sys.platform == "linux" else None
         if number is None:
             return None
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
         flags = os.O_CLOEXEC | os.O_NONBLOCK | _UFFD_USER_MODE_ONLY
-        uffd = int(libc.syscall(number, flags))
+        uffd = int(_libc().syscall(number, flags))
         if uffd < 0:
             return None  # ENOSYS, EPERM (seccomp, vm.unprivileged_userfaultfd), ...
         pagemap = -1

@@ -192,10 +192,13 @@ class SandboxKernel(Kernel):
             if self._ready.ident is None:
                 self._ready.start()
 
-    async def _session_ready(self) -> None:
-        """Wait (off the event loop) for the session to have started."""
+    async def _session_ready(self, announce: bool = False) -> None:
+        """Wait (off the event loop) for the session to have started; `announce` says so on
+        stderr when that means compiling the guest (a cold cache)."""
         self._start_session()
         if self._ready.is_alive():
+            if announce and self._preparing:
+                self._stream("stderr", self._preparing)
             await asyncio.to_thread(self._ready.join)
 
     async def kernel_info_request(self, stream: Any, ident: Any, parent: Any) -> None:
@@ -219,10 +222,8 @@ class SandboxKernel(Kernel):
         self._allow_stdin = allow_stdin
         if code.strip() in _EXIT_WORDS:  # as IPython: the client (jupyter console) leaves
             return messages.execute_reply(None, count, payload=[_ASK_EXIT])
-        self._start_session()  # before any magic: %context must not be undone by the start
-        if self._preparing and self._ready.is_alive() and not silent:
-            self._stream("stderr", self._preparing)
-        await self._session_ready()
+        # Before any magic: %context must not be undone by a start that comes after it.
+        await self._session_ready(announce=not silent)
         handled = magics.handle(self, code)
         if handled is not None:
             return self._magic_reply(handled, count, silent)

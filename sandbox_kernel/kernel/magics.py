@@ -109,9 +109,8 @@ def _image_line(usage: dict[str, Any]) -> list[str]:
     """How the rollback image is kept (the wasm backend only: the native one has none)."""
     if "capture" not in usage:
         return []
-    how = "pages written" if usage["capture"] == "written pages" else "whole memory"
     last = usage["last_capture_bytes"]
-    return [f"rollback image: {how} copied after each execution (last {last:,} bytes)"]
+    return [f"rollback image: {usage['capture']} copied after each execution (last {last:,} bytes)"]
 
 
 def _llm_line(kernel: SandboxKernel) -> str:

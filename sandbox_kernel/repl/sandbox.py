@@ -357,7 +357,8 @@ class ReplSandbox:
             "memory_bytes": session.memory_bytes() if session is not None else 0,
             "image": session.image.binary.name if session is not None else None,
             "rollbacks": self.rollbacks,
-            "capture": "written pages" if session is not None and session.watching else "whole",
+            # what the rollback image copies after each execution
+            "capture": "pages written" if session and session.watching else "whole memory",
             "last_capture_bytes": session.last_capture_bytes if session is not None else 0,
         }
 
