@@ -1,0 +1,76 @@
+"""Attacks on the rollback image: a cell that rewrites its memory every way it can, then makes
+the host stop it, must come back exactly as it was before that cell.
+
+The image after each cell holds only the pages the write watch saw written (or the whole
+memory, on a host without it). These cells try to change memory without being seen: writes
+by the kernel on the guest's behalf (a file read into a buffer), memory grown and filled,
+every page of a big object rewritten, then a hard stop (deadline, interrupt) that forces the
+rollback. Nothing they did may survive it, and the session must go on.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sandbox_kernel import ExecutionStatus, ReplSandbox
+from tests.repl.conftest import new_repl, plain, repl_config, run_ok
+
+SIZE = 8_000_000
+
+
+@pytest.fixture
+def repl(workspace: Path) -> Iterator[ReplSandbox]:
+    made = new_repl(
+        repl_config(workspace, {"timeout_seconds": 2}, timeout_ms=2000, interrupt_grace_seconds=0.2)
+    )
+    run_ok(made, f"blob = bytearray(b'a' * {SIZE})")  # grows the memory: a whole copy
+    run_ok(made, "kept = {'n': 1}")  # a small cell: its image is patched
+    (workspace / "b.bin").write_bytes(b"b" * SIZE)
+    yield made
+    made.destroy()
+
+
+def assert_as_before(repl: ReplSandbox) -> None:
+    assert plain(repl.execute("bytes(set(blob)), len(blob), kept")) == (
+        f"(b'a', {SIZE}, {{'n': 1}})"
+    )
+
+
+@pytest.mark.parametrize(
+    "rewrite",
+    [
+        "blob[:] = b'z' * len(blob)",
+        "open('/app/b.bin', 'rb').readinto(blob)",  # written by the kernel, not by the guest
+        "more = bytearray(b'm' * 30_000_000); blob[::4096] = b'y' * len(blob[::4096])",
+        "kept['n'] = 2; kept.update({i: i for i in range(50_000)})",
+    ],
+    ids=["every-page", "kernel-read", "grow-and-scatter", "heap-objects"],
+)
+def test_a_cell_stopped_by_its_deadline_leaves_nothing(repl: ReplSandbox, rewrite: str) -> None:
+    stopped = repl.execute(f"{rewrite}\nwhile True:\n    pass")
+    assert stopped.status is ExecutionStatus.TIMEOUT and stopped.rolled_back
+    assert_as_before(repl)
+
+
+def test_a_cell_stopped_by_a_hard_interrupt_leaves_nothing(repl: ReplSandbox) -> None:
+    """sum() over a huge range never reaches a loop check: only the hard stop ends it."""
+    timer = threading.Timer(0.5, repl.cancel)
+    timer.start()
+    try:
+        stopped = repl.execute("blob[:] = b'q' * len(blob)\nsum(range(10**13))")
+    finally:
+        timer.cancel()
+    assert stopped.status is ExecutionStatus.CANCELLED and stopped.rolled_back
+    assert_as_before(repl)
+
+
+def test_rollbacks_in_a_row_each_restore_the_last_good_state(repl: ReplSandbox) -> None:
+    for round_ in range(3):
+        run_ok(repl, f"kept['n'] = {round_ + 10}")
+        stopped = repl.execute("blob[:] = b'x' * len(blob); kept['n'] = -1\nwhile True: pass")
+        assert stopped.rolled_back
+        assert plain(repl.execute("kept['n'], blob[:3]")) == f"({round_ + 10}, bytearray(b'aaa'))"
