@@ -297,14 +297,21 @@ def _describe(exc: BaseException) -> str:
 
 
 def escalate_after(
-    seconds: float, still_running: Callable[[], bool], hard_stop: Callable[[], None]
+    seconds: float,
+    still_running: Callable[[], bool],
+    hard_stop: Callable[[], None],
+    lock: threading.Lock,
 ) -> threading.Timer:
     """The second stage of a cancel: after `seconds`, if the same execution still runs, stop
-    it the hard way. A daemon timer, so it never holds the interpreter open."""
+    it the hard way. The check and the stop happen under `lock`, which the session also holds
+    while it marks an execution ended: otherwise a stop checked for one cell could land on the
+    next (an interrupt storm once timed out the cell after it). A daemon timer, so it never
+    holds the interpreter open."""
 
     def fire() -> None:
-        if still_running():
-            hard_stop()
+        with lock:
+            if still_running():
+                hard_stop()
 
     timer = threading.Timer(seconds, fire)
     timer.daemon = True

@@ -103,6 +103,7 @@ class NativeReplSandbox:
         self._running = threading.Event()
         self._hard_requested = False
         self._escalation: threading.Timer | None = None
+        self._ending = threading.Lock()  # an execution is marked ended, or hard-stopped, not both
         self._destroyed = False
         self._warned = False
         self.rollbacks = 0  # never: state is not rolled back here
@@ -281,7 +282,8 @@ class NativeReplSandbox:
         try:
             return self._turn(child, run_cell_turn(number, code), self.bridge, stop)
         finally:
-            self._running.clear()
+            with self._ending:
+                self._running.clear()
             if self._escalation is not None:
                 self._escalation.cancel()
 
@@ -345,6 +347,7 @@ class NativeReplSandbox:
             self.config.interrupt_grace_seconds,
             lambda: self._running.is_set() and self._count == number,
             hard,
+            self._ending,
         )
         return True
 

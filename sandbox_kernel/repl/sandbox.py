@@ -113,6 +113,7 @@ class ReplSandbox:
         self._running = threading.Event()
         self._hard_requested = False
         self._escalation: threading.Timer | None = None
+        self._ending = threading.Lock()  # an execution is marked ended, or hard-stopped, not both
         self._destroyed = False
         self.rollbacks = 0
         self._totals = {"executions": 0, "fuel_consumed": 0, "duration_ms": 0.0}
@@ -272,7 +273,8 @@ class ReplSandbox:
         try:
             return session.turn(run_cell_turn(number, code), limits)
         finally:
-            self._running.clear()
+            with self._ending:
+                self._running.clear()
             if self._escalation is not None:
                 self._escalation.cancel()
             for splitter in (out, err):
@@ -346,6 +348,7 @@ class ReplSandbox:
             self.config.interrupt_grace_seconds,
             lambda: self._running.is_set() and self._count == number,
             hard,
+            self._ending,
         )
         return True
 
