@@ -2,7 +2,7 @@
 
     start        launch to kernel_info_reply (warm compile cache and warm image)   goal <= 1.5x
     first cell   launch to the reply of a first `x = 1` sent at once (the sandbox kernel
-                 starts its guest session after its first kernel_info_reply)
+                 starts its guest session on a thread while it starts)
     round trip   execute_request to execute_reply of a trivial cell, median        goal <= 1.2x
     interrupt    interrupt_request during `while True: pass` to the reply         goal <= 2x
 

@@ -100,12 +100,9 @@ class SandboxKernel(Kernel):
         # a minute once per machine, which should never look like a hang.
         self._preparing = _preparing_notice()
         self._start_interrupt_reader()
-        # The guest session starts on a thread of its own once the kernel has answered its
-        # first kernel_info_request (or at the first request that needs it): starting it
-        # during the kernel's own start-up made that 80 ms slower, both sharing 2 cores.
         self._ready = threading.Thread(target=self.repl.initialize, name="sandbox-kernel-start")
         self._ready.daemon = True
-        self._starting = threading.Lock()
+        self._ready.start()
 
     def _llm_service(self) -> LLMService | None:
         """The model behind llm_query and rlm_query; each rlm_query step goes to the run log."""
@@ -187,23 +184,13 @@ class SandboxKernel(Kernel):
 
     # -- the session's start ----------------------------------------------------------------
 
-    def _start_session(self) -> None:
-        with self._starting:
-            if self._ready.ident is None:
-                self._ready.start()
-
     async def _session_ready(self, announce: bool = False) -> None:
         """Wait (off the event loop) for the session to have started; `announce` says so on
         stderr when that means compiling the guest (a cold cache)."""
-        self._start_session()
         if self._ready.is_alive():
             if announce and self._preparing:
                 self._stream("stderr", self._preparing)
             await asyncio.to_thread(self._ready.join)
-
-    async def kernel_info_request(self, stream: Any, ident: Any, parent: Any) -> None:
-        await super().kernel_info_request(stream, ident, parent)
-        self._start_session()
 
     # -- requests ---------------------------------------------------------------------------
 
@@ -344,9 +331,7 @@ class SandboxKernel(Kernel):
         # Synchronous on purpose: awaiting a thread here let ipykernel close its iopub thread
         # first, and the control thread then hung publishing 'idle' (the process never left).
         self.repl.cancel()
-        with self._starting:
-            if self._ready.ident is not None:
-                self._ready.join()
+        self._ready.join()
         self.repl.destroy()
         with contextlib.suppress(OSError):
             os.close(self._interrupt_write)
