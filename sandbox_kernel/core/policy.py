@@ -23,6 +23,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    StrictBool,
     ValidationError,
     ValidationInfo,
     field_validator,
@@ -188,6 +189,12 @@ class ExecutionPolicy(BaseModel):
     """Largest file the guest may create or extend."""
     workspace_max_bytes: _PositiveInt = 1024 * 1024 * 1024
     """Bytes the guest may add to the workspace in one execution."""
+    display_max_bytes: _PositiveInt = 10_000_000
+    """Bytes of one rich output item (an image, a table's HTML) shown; a larger one is dropped
+    with a notice."""
+    trust_outputs: StrictBool = False
+    """Show the guest's rich outputs unchanged, scripts included (they then run in the user's
+    browser with the user's credentials). Off: the kernel's output firewall sanitizes them."""
 
     def __init__(self, /, **data: Any) -> None:
         with _policy_errors():

@@ -22,6 +22,7 @@ from sandbox_kernel import __version__
 from sandbox_kernel.host.workspace import diff, snapshot
 from sandbox_kernel.kernel import magics, messages
 from sandbox_kernel.kernel.data_magics import DataMagics
+from sandbox_kernel.kernel.firewall import OutputFirewall, Shown
 from sandbox_kernel.kernel.runlog import RunLog
 from sandbox_kernel.kernel.settings import KernelSettings
 from sandbox_kernel.kernel.streams import StreamPublisher
@@ -85,6 +86,9 @@ class SandboxKernel(Kernel):
         self.data = DataMagics(self.settings)
         self.settings = self.data.settings
         self.runlog = RunLog(self.settings.run_log)
+        policy = self.settings.policy  # the guarded spec never trusts outputs (settings.py)
+        self.firewall = OutputFirewall(policy.trust_outputs, policy.display_max_bytes)
+        self._removed: list[str] = []  # what the firewall removed in the running execution
         # Why the model settings are unusable (llm_query and %sandbox say it), or None.
         self.llm_error: str | None = self.settings.llm_error
         self.llm = self._llm_service()
@@ -136,8 +140,17 @@ class SandboxKernel(Kernel):
 
     def _display(self, data: dict[str, Any], metadata: dict[str, Any]) -> None:
         if not self._silent:
-            content = messages.display_content(data, metadata)
-            self.send_response(self.iopub_socket, "display_data", content)
+            shown = self.firewall.bundle(data, metadata)
+            self._send_shown("display_data", messages.display_content(shown), shown)
+
+    def _send_shown(self, msg_type: str, content: dict[str, Any], shown: Shown) -> None:
+        """A bundle that passed the firewall, then the note on what it removed (an output
+        left with nothing to show is not sent: the note says what it was)."""
+        if shown.data:
+            self.send_response(self.iopub_socket, msg_type, content)
+        if shown.note:
+            self._removed.extend(shown.removed)
+            self._stream("stderr", shown.note)
 
     def _input(self, prompt: str, password: bool) -> str:
         if not self._allow_stdin:
@@ -218,6 +231,7 @@ class SandboxKernel(Kernel):
         if plan.reply is not None:
             return self._magic_reply(plan.reply, count, silent)
         self._silent = silent
+        self._removed = []
         before = snapshot(self.settings.workspace)
         try:
             execution = await asyncio.to_thread(self._run, plan.code, silent)
@@ -226,8 +240,15 @@ class SandboxKernel(Kernel):
         created, modified = diff(before, snapshot(self.settings.workspace))
         if store_history and not silent:
             self._history.append((0, count, code))
-        self.runlog.record(code, execution, files_created=created, files_modified=modified)
-        return self._publish(execution, count, silent, user_expressions)
+        reply = self._publish(execution, count, silent, user_expressions)
+        self.runlog.record(
+            code,
+            execution,
+            files_created=created,
+            files_modified=modified,
+            outputs_removed=list(self._removed),
+        )
+        return reply
 
     def _run(self, code: str, silent: bool) -> CodeExecution:
         """On a worker thread: the cell, its output batched to this request."""
@@ -268,8 +289,9 @@ class SandboxKernel(Kernel):
             if note:
                 self._stream("stderr", note)
             if execution.result:
-                content = messages.execute_result_content(count, execution.result)
-                self.send_response(self.iopub_socket, "execute_result", content)
+                shown = self.firewall.bundle(execution.result, execution.result_metadata)
+                content = messages.execute_result_content(count, shown)
+                self._send_shown("execute_result", content, shown)
             if error is not None:
                 self.send_response(self.iopub_socket, "error", error)
         expressions = self._user_expressions(user_expressions or {})
@@ -284,7 +306,7 @@ class SandboxKernel(Kernel):
                 continue
             value = self.repl.execute(f"({expression})")
             if value.status is ExecutionStatus.OK:
-                results[key] = {"status": "ok", "data": value.result or {}, "metadata": {}}
+                results[key] = self.firewall.user_expression(value.result or {})
             else:
                 results[key] = {"status": "error", "ename": value.ename, "evalue": value.evalue}
         return results
@@ -292,20 +314,14 @@ class SandboxKernel(Kernel):
     async def do_complete(self, code: str, cursor_pos: int) -> dict[str, Any]:
         await self._session_ready()
         reply = await asyncio.to_thread(self.repl.complete, code, cursor_pos)
-        return reply or {
-            "status": "ok",
-            "matches": [],
-            "cursor_start": cursor_pos,
-            "cursor_end": cursor_pos,
-            "metadata": {},
-        }
+        return self.firewall.complete_reply(reply, cursor_pos)
 
     async def do_inspect(
         self, code: str, cursor_pos: int, detail_level: int = 0, omit_sections: Any = ()
     ) -> dict[str, Any]:
         await self._session_ready()
         reply = await asyncio.to_thread(self.repl.inspect, code, cursor_pos, detail_level)
-        return reply or {"status": "ok", "found": False, "data": {}, "metadata": {}}
+        return self.firewall.inspect_reply(reply, cursor_pos)
 
     async def do_is_complete(self, code: str) -> dict[str, Any]:
         return magics.is_complete(code)

@@ -2,7 +2,10 @@
 
     stream          {"name": "stdout" | "stderr", "text": ...}
     display_data    {"data": {...}, "metadata": {...}, "transient": {}}
-    execute_result  {"execution_count": n, "data": {...}, "metadata": {}}
+    execute_result  {"execution_count": n, "data": {...}, "metadata": {...}}
+
+Rich data comes in as `Shown`, which only the output firewall (firewall.py) makes: a bundle
+cannot reach a message around it.
     error           {"ename", "evalue", "traceback"}      (iopub, and merged into the reply)
     execute_reply   {"status", "execution_count", "user_expressions", "payload"} (+ error)
 
@@ -13,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from sandbox_kernel.kernel.firewall import Shown
 from sandbox_kernel.repl.models import CodeExecution, ExecutionStatus
 
 __all__ = [
@@ -29,12 +33,12 @@ def stream_content(name: str, text: str) -> dict[str, Any]:
     return {"name": name, "text": text}
 
 
-def display_content(data: dict[str, Any], metadata: dict[str, Any] | None) -> dict[str, Any]:
-    return {"data": data, "metadata": metadata or {}, "transient": {}}
+def display_content(shown: Shown) -> dict[str, Any]:
+    return {"data": shown.data, "metadata": shown.metadata, "transient": {}}
 
 
-def execute_result_content(count: int, data: dict[str, Any]) -> dict[str, Any]:
-    return {"execution_count": count, "data": data, "metadata": {}}
+def execute_result_content(count: int, shown: Shown) -> dict[str, Any]:
+    return {"execution_count": count, "data": shown.data, "metadata": shown.metadata}
 
 
 def limit_note(execution: CodeExecution) -> str | None:

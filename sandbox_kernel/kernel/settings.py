@@ -74,6 +74,9 @@ class KernelSettings(BaseModel):
         workspace = Path(env.get("SANDBOX_KERNEL_WORKSPACE") or here / "workspace")
         policy = policy.with_overrides(mount_host_dir=workspace.expanduser().resolve())
         run_log = Path(env.get("SANDBOX_KERNEL_RUN_LOG") or _run_log_for(policy.mount_host_dir))
+        data = _data_settings(env, here)
+        if data["guarded"]:  # the guarded spec never trusts outputs, whatever a file says
+            policy = policy.with_overrides(trust_outputs=False)
         modules = env.get("SANDBOX_KERNEL_WARM_MODULES")
         warm = tuple(m.strip() for m in modules.split(",") if m.strip()) if modules else None
         llm, llm_error = LLMSettings(), None
@@ -89,7 +92,7 @@ class KernelSettings(BaseModel):
             warm_start_modules=WARM_MODULES if warm is None else warm,
             llm=llm,
             llm_error=llm_error,
-            **_data_settings(env, here),
+            **data,
         )
 
     def repl_config(self, **callbacks: object) -> REPLConfig:

@@ -75,6 +75,7 @@ class CodeExecution(BaseModel):
     evalue: str | None = None
     traceback: list[str] = Field(default_factory=list)
     result: dict[str, Any] | None = None  # the last expression's MIME bundle
+    result_metadata: dict[str, Any] = Field(default_factory=dict)  # the bundle's metadata
     displays: list[dict[str, Any]] = Field(default_factory=list)  # {"data", "metadata"}
     duration_ms: float = 0.0
     fuel_consumed: int = 0

@@ -33,6 +33,7 @@ def execution_from_reply(reply: CellReply, outcome: TurnOutcome, number: int) ->
         evalue=error.evalue if error else None,
         traceback=list(error.traceback) if error else [],
         result=reply.result,
+        result_metadata=reply.result_metadata,
         displays=list(reply.displays),
         duration_ms=outcome.duration_ms,
         fuel_consumed=outcome.fuel_consumed,

@@ -1,0 +1,353 @@
+"""Sanitizers for guest-produced rich text: HTML, SVG, markdown, LaTeX, CSS and JSON.
+
+The allowlists below are the rules: read them in one screen. HTML and SVG go through nh3 (the
+Python binding of Ammonia, an html5ever-based allowlist sanitizer: the browser's own parsing
+rules, so mutation-XSS shapes come out as inert text). On top of what Ammonia does:
+
+- No `data-*` attribute ever passes: JupyterLab runs a command named by
+  `data-commandlinker-command` when the element is clicked (a terminal, say).
+- URLs: links may go to http(s), mailto, fragments and relative paths; an image's source must
+  be a data: image. An external image (or CSS `url()`, or a vega data URL) would make the
+  user's browser carry data out of a sandbox that has no network.
+- CSS, in `<style>` elements (pandas' Styler needs them) and `style` attributes, loses every
+  construct that loads or runs something (`url(`, `@import`, `expression(`, bindings) and
+  `position: fixed` (an output must not cover JupyterLab's own interface).
+- Markdown without raw HTML, images or a script-like URL is kept as it is; otherwise it is
+  rendered here (markdown-it, CommonMark) and the HTML sanitized: the frontend then never
+  parses the raw HTML itself.
+- LaTeX loses the MathJax commands that make links, classes, styles or load extensions.
+
+Each function returns the clean text and what it removed, named for a person ("<script>
+element", "onerror attribute"); removals that are not a user's concern (comments, SVG
+metadata) are not named.
+
+Must not import: anything Jupyter, wasmtime.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import nh3
+
+__all__ = [
+    "Cleaned",
+    "clean_css",
+    "clean_html",
+    "clean_latex",
+    "clean_markdown",
+    "clean_svg",
+    "scrub_json",
+]
+
+# -- the allowlists --------------------------------------------------------------------------
+
+
+def _words(text: str) -> frozenset[str]:
+    return frozenset(text.split())
+
+
+HTML_TAGS = _words(
+    """a abbr acronym address article aside b bdi bdo big blockquote br caption center cite
+    code col colgroup dd del details dfn div dl dt em figcaption figure font footer h1 h2 h3 h4
+    h5 h6 header hgroup hr i img ins kbd label li main mark nav ol p pre q rp rt ruby s samp
+    section small span strike strong style sub summary sup table tbody td tfoot th thead time
+    tr tt u ul var wbr"""
+)
+SVG_TAGS = _words(
+    """svg g path rect circle ellipse line polyline polygon text tspan defs clipPath mask
+    pattern linearGradient radialGradient stop symbol use marker title desc image style
+    switch"""
+)
+GENERIC_ATTRIBUTES = frozenset({"class", "id", "title", "style", "align", "dir", "lang", "role"})
+HTML_ATTRIBUTES: dict[str, set[str]] = {
+    "a": {"href", "name"},
+    "img": {"src", "alt", "width", "height"},
+    "table": {"border", "cellpadding", "cellspacing", "width", "summary"},
+    "td": {"colspan", "rowspan", "valign", "width", "headers"},
+    "th": {"colspan", "rowspan", "valign", "width", "scope", "headers"},
+    "tr": {"valign"},
+    "col": {"span", "width"},
+    "colgroup": {"span", "width"},
+    "ol": {"start", "type", "reversed"},
+    "ul": {"type"},
+    "li": {"value"},
+    "font": {"color", "face", "size"},
+    "details": {"open"},
+    "style": {"type", "scoped"},
+    "time": {"datetime"},
+    "q": {"cite"},
+    "blockquote": {"cite"},
+    "del": {"cite", "datetime"},
+    "ins": {"cite", "datetime"},
+}
+SVG_ATTRIBUTES = _words(
+    """xmlns xmlns:xlink version width height viewBox preserveAspectRatio x y x1 y1 x2 y2 cx cy
+    r rx ry d points transform fill fill-opacity fill-rule stroke stroke-width stroke-opacity
+    stroke-linecap stroke-linejoin stroke-dasharray stroke-dashoffset stroke-miterlimit
+    opacity clip-path clip-rule clipPathUnits mask font-family font-size font-style
+    font-weight text-anchor dominant-baseline alignment-baseline baseline-shift dx dy rotate
+    textLength lengthAdjust text-decoration letter-spacing word-spacing xml:space offset
+    stop-color stop-opacity gradientUnits gradientTransform spreadMethod fx fy patternUnits
+    patternContentUnits patternTransform markerWidth markerHeight markerUnits refX refY orient
+    overflow visibility display color href xlink:href"""
+)
+# Removed with their content and never named in a note: not a user's concern.
+QUIET_TAGS = frozenset({"metadata"})
+DROPPED_WITH_CONTENT = frozenset({"script", "metadata", "template", "noscript"})
+LINK_SCHEMES = ("http:", "https:", "mailto:")
+IMAGE_DATA = re.compile(r"data:image/(png|jpe?g|gif|webp|bmp|svg\+xml)[;,]", re.IGNORECASE)
+# CSS that loads, runs or overlays. A function keeps its parentheses and an at-rule its
+# place, so the browser drops just the declaration or rule around the invalid name.
+_CSS_BLOCKED = re.compile(
+    r"""(?P<function>(url|image-set|image|cross-fade|element|src|expression)\s*\()
+      |(?P<rule>@import)|(?P<name>-moz-binding|behavior|javascript)\s*:
+      |(?P<overlay>position\s*:\s*(fixed|sticky))""",
+    re.IGNORECASE | re.VERBOSE,
+)
+_CSS_INSTEAD = {
+    "function": "sandbox-blocked(",
+    "rule": "@sandbox-blocked",
+    "name": "sandbox-blocked:",
+    "overlay": "position: absolute",
+}
+_CSS_COMMENT = re.compile(r"/\*.*?(\*/|$)", re.DOTALL)
+# MathJax commands that make links, classes, styles or ids, or load extensions and macros.
+_LATEX_BLOCKED = re.compile(
+    r"\\(href|url|class|cssId|style|data|htmlData|unicode|require|bbox|attr)(?![A-Za-z])"
+)
+_SCRIPT_SCHEMES = ("javascript:", "vbscript:", "livescript:", "data:text", "data:application")
+_URL_NOISE = re.compile(r"[\x00-\x20\x7f\\]+")  # what browsers and markdown drop from URLs
+_STYLE_ELEMENT = re.compile(r"(<style\b[^>]*>)(.*?)(</style>)", re.IGNORECASE | re.DOTALL)
+_START_TAG = re.compile(r"<([A-Za-z][^\s/>]*)([^>]*)>")
+_ATTRIBUTE = re.compile(r"""([^\s=/>"']+)(?:\s*=\s*(?:"[^"]*"|'[^']*'|[^\s>]+))?""")
+
+
+@dataclass
+class Cleaned:
+    """A sanitizer's answer: the inert text and what was removed (empty when nothing was)."""
+
+    text: str
+    removed: list[str] = field(default_factory=list)
+
+
+# -- CSS -------------------------------------------------------------------------------------
+
+
+def clean_css(css: str, found: list[str] | None = None) -> str:
+    """CSS with comments, escapes and every loading or overlaying construct made invalid; what
+    was blocked is added to `found`."""
+    css = _CSS_COMMENT.sub(" ", css).replace("\\", "")  # escapes could spell `url(` otherwise
+
+    def block(match: re.Match[str]) -> str:
+        if found is not None:
+            found.append(f"CSS {' '.join(match.group().split())}")
+        return _CSS_INSTEAD[str(match.lastgroup)]
+
+    return _CSS_BLOCKED.sub(block, css)
+
+
+# -- URLs ------------------------------------------------------------------------------------
+
+
+def _normalized_url(value: str) -> str:
+    return _URL_NOISE.sub("", html.unescape(value)).lower()
+
+
+def _is_script_url(value: str) -> bool:
+    return _normalized_url(value).startswith(_SCRIPT_SCHEMES)
+
+
+def _safe_link(value: str) -> bool:
+    url = _normalized_url(value)
+    scheme = re.match(r"^[a-z][a-z0-9+.-]*:", url)
+    return scheme is None or url.startswith(LINK_SCHEMES)
+
+
+def _safe_image_source(value: str) -> bool:
+    return IMAGE_DATA.match(_normalized_url(value)) is not None
+
+
+# -- HTML and SVG ----------------------------------------------------------------------------
+
+
+class _Filter:
+    """nh3's attribute callback: URL and CSS rules, and a record of what it refused."""
+
+    def __init__(self) -> None:
+        self.refused: list[str] = []
+
+    def __call__(self, tag: str, attribute: str, value: str) -> str | None:
+        name = attribute.lower()
+        if name == "style":
+            return clean_css(value, self.refused)
+        if name == "id" and value.lower().startswith(("jp-", "jupyter")):
+            self.refused.append(f"id {value[:40]!r}")  # JupyterLab's own element ids
+            return None
+        if name in ("href", "xlink:href"):
+            if tag == "a" and _safe_link(value):
+                return value
+            if tag != "a" and (value.startswith("#") or _safe_image_source(value)):
+                return value
+            self.refused.append(f"{attribute} {_describe_url(value)}")
+            return None
+        if name == "src":
+            if _safe_image_source(value):
+                return value
+            self.refused.append(f"src {_describe_url(value)} (images must be data: images)")
+            return None
+        return value
+
+
+def _describe_url(value: str) -> str:
+    url = _normalized_url(value)
+    scheme = re.match(r"^[a-z][a-z0-9+.-]*:", url)
+    return f"{scheme.group()} URL" if scheme else "URL"
+
+
+def _cleaner(refuse: _Filter, svg: bool) -> nh3.Cleaner:
+    tags = (SVG_TAGS | {"style"}) if svg else (HTML_TAGS | SVG_TAGS)
+    attributes: dict[str, set[str]] = {"*": set(GENERIC_ATTRIBUTES)}
+    for tag in SVG_TAGS:
+        attributes[tag] = set(SVG_ATTRIBUTES)
+    for tag, names in HTML_ATTRIBUTES.items():
+        if tag in tags:
+            attributes[tag] = attributes.get(tag, set()) | names
+    return nh3.Cleaner(
+        tags=set(tags),
+        clean_content_tags=set(DROPPED_WITH_CONTENT),
+        attributes=attributes,
+        attribute_filter=refuse,
+        strip_comments=True,
+        link_rel=None,
+        url_schemes={"http", "https", "mailto", "data"},
+    )
+
+
+def clean_html(text: str) -> Cleaned:
+    """An HTML fragment with only allowlisted tags, attributes, URLs and CSS left."""
+    return _clean_markup(text, svg=False)
+
+
+def clean_svg(text: str) -> Cleaned:
+    """An SVG document as an inert SVG fragment (no script, handlers, foreignObject, links)."""
+    return _clean_markup(text, svg=True)
+
+
+def _clean_markup(text: str, svg: bool) -> Cleaned:
+    refuse = _Filter()
+    cleaned = _cleaner(refuse, svg).clean(text)
+    # Ammonia serializes a kept <style> as <style ...>raw text</style>: its CSS is filtered here.
+    cleaned = _STYLE_ELEMENT.sub(lambda m: m[1] + clean_css(m[2], refuse.refused) + m[3], cleaned)
+    removed: list[str] = []
+    if cleaned != text:
+        refused = list(dict.fromkeys(refuse.refused))
+        said = {entry.split()[0] for entry in refused}  # "src ..." already says why src went
+        missing = [r for r in _missing_parts(text, cleaned) if r.split()[0] not in said]
+        removed = missing + refused
+    if svg:  # an XML document again (an <img> shows it): SVG 2 href, no HTML-only entity
+        cleaned = cleaned.replace(" xlink:href=", " href=").replace("&nbsp;", "&#160;")
+    return Cleaned(cleaned, removed)
+
+
+def _parts(text: str) -> tuple[set[str], set[str]]:
+    """The tags and attribute names a fragment uses, roughly: only to name what the sanitizer
+    removed (the sanitizing itself is Ammonia's)."""
+    tags: set[str] = set()
+    attributes: set[str] = set()
+    for match in _START_TAG.finditer(text):
+        tags.add(match[1].lower())
+        attributes.update(name.lower() for name in _ATTRIBUTE.findall(match[2]))
+    return tags, attributes
+
+
+def _missing_parts(before: str, after: str) -> list[str]:
+    """Tags and attributes in `before` but not in `after`; namespaced ones (SVG metadata's
+    rdf:, dc:, xmlns:) are not a user's concern."""
+    (old_tags, old_attributes), (new_tags, new_attributes) = _parts(before), _parts(after)
+    tags = sorted(t for t in old_tags - new_tags - QUIET_TAGS if ":" not in t)
+    gone = old_attributes - new_attributes
+    attributes = sorted(a for a in gone if ":" not in a or a.startswith("xlink:"))
+    return [f"<{t}> element" for t in tags] + [f"{a} attribute" for a in attributes]
+
+
+# -- markdown --------------------------------------------------------------------------------
+
+_MATH = re.compile(
+    r"\$\$.+?\$\$|\\\[.+?\\\]|\\\(.+?\\\)|(?<![\\$])\$(?!\s)[^$\n]+?(?<![\s\\])\$",
+    re.DOTALL,
+)
+
+
+def clean_markdown(text: str) -> tuple[str, Cleaned]:
+    """(MIME type, cleaned text): plain markdown stays text/markdown as it is; markdown with raw
+    HTML, images or a script-like URL becomes sanitized text/html (math kept for MathJax)."""
+    if "<" not in text and "![" not in text and not _has_script_url(text):
+        return "text/markdown", Cleaned(text)
+    from markdown_it import MarkdownIt  # only for markdown that needs it
+
+    maths: list[str] = []
+
+    def hold(match: re.Match[str]) -> str:
+        maths.append(match.group())
+        return f"SANDBOXMATH{len(maths) - 1}X"
+
+    held = _MATH.sub(hold, text)
+    rendered = MarkdownIt("commonmark", {"html": True}).enable(["table", "strikethrough"])
+    page = rendered.render(held)
+    cleaned = clean_html(page)
+    restored = re.sub(
+        r"SANDBOXMATH(\d+)X", lambda m: html.escape(maths[int(m[1])], quote=False), cleaned.text
+    )
+    removed = list(cleaned.removed)
+    if _has_script_url(text):
+        removed.append("script URL")
+    return "text/html", Cleaned(restored, removed)
+
+
+def _has_script_url(text: str) -> bool:
+    flat = _normalized_url(text)
+    return any(scheme in flat for scheme in _SCRIPT_SCHEMES)
+
+
+# -- LaTeX -----------------------------------------------------------------------------------
+
+
+def clean_latex(text: str) -> Cleaned:
+    """LaTeX without MathJax's link, class, style, id and extension-loading commands."""
+    found = sorted({f"\\{m[1]}" for m in _LATEX_BLOCKED.finditer(text)})
+    if not found:
+        return Cleaned(text)
+    return Cleaned(_LATEX_BLOCKED.sub(r"\\sandboxremoved", text), [f"{c} command" for c in found])
+
+
+# -- JSON ------------------------------------------------------------------------------------
+
+
+def scrub_json(value: Any, external: bool = False) -> tuple[Any, list[str]]:
+    """JSON data with script URLs emptied (and, with `external`, absolute URLs too: a vega or
+    plotly spec would otherwise make the browser fetch them)."""
+    removed: list[str] = []
+
+    def walk(node: Any) -> Any:
+        if isinstance(node, str):
+            if _is_script_url(node) or (external and _is_external(node)):
+                removed.append(_describe_url(node))
+                return ""
+            return node
+        if isinstance(node, list):
+            return [walk(item) for item in node]
+        if isinstance(node, dict):
+            return {key: walk(item) for key, item in node.items()}
+        return node
+
+    clean = walk(value)
+    return clean, sorted(set(removed))
+
+
+def _is_external(value: str) -> bool:
+    url = _normalized_url(value)
+    return url.startswith(("http:", "https:", "ftp:", "//", "file:", "ws:", "wss:"))
