@@ -115,6 +115,7 @@ _CSS_INSTEAD = {
     "overlay": "position: absolute",
 }
 _CSS_COMMENT = re.compile(r"/\*.*?(\*/|$)", re.DOTALL)
+_CSS_ESCAPE = re.compile(r"\\(?:([0-9a-fA-F]{1,6})[ \t\n\r\f]?|(.))", re.DOTALL)
 # MathJax commands that make links, classes, styles or ids, or load extensions and macros.
 _LATEX_BLOCKED = re.compile(
     r"\\(href|url|class|cssId|style|data|htmlData|unicode|require|bbox|attr)(?![A-Za-z])"
@@ -140,7 +141,7 @@ class Cleaned:
 def clean_css(css: str, found: list[str] | None = None) -> str:
     """CSS with comments, escapes and every loading or overlaying construct made invalid; what
     was blocked is added to `found`."""
-    css = _CSS_COMMENT.sub(" ", css).replace("\\", "")  # escapes could spell `url(` otherwise
+    css = _CSS_ESCAPE.sub(_unescape_css, _CSS_COMMENT.sub(" ", css))  # as the browser reads it
 
     def block(match: re.Match[str]) -> str:
         if found is not None:
@@ -148,6 +149,15 @@ def clean_css(css: str, found: list[str] | None = None) -> str:
         return _CSS_INSTEAD[str(match.lastgroup)]
 
     return _CSS_BLOCKED.sub(block, css)
+
+
+def _unescape_css(match: re.Match[str]) -> str:
+    """A CSS escape of a letter, digit, '-' or '_' decoded (so `u\\72l(` is seen as the `url(`
+    it is); any other escape is kept as written, so decoding can never make a quote, a `<` or
+    a `</style>` that was not there."""
+    code = int(match[1], 16) if match[1] else ord(match[2])
+    char = chr(code) if code < 0x80 else ""
+    return char if char.isalnum() or char in "-_" else match.group()
 
 
 # -- URLs ------------------------------------------------------------------------------------

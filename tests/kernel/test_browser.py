@@ -1,0 +1,257 @@
+"""The output firewall in a real browser: JupyterLab on 127.0.0.1 with a token, Debian's
+Chromium driven by Playwright (never a downloaded browser), notebooks on `sandbox-python`.
+
+A notebook of every probe (tests/attacks/xss_probes.py) runs top to bottom; then no script may
+have run (`window.__pwned`), no terminal may exist (GET /api/terminals), a DataFrame must show
+as a table and plots as images, and the user must see the firewall's notes. The notebook is
+saved and the page reloaded (JupyterLab signs a saved notebook as trusted and renders it
+again): still nothing runs. A control notebook beside it, whose policy sets
+`trust_outputs = true`, proves the probes do run when the firewall is off, so the checks above
+can fail. Screenshots of failures are kept in the test's temporary folder.
+
+A machine without the browser FAILS here with the reason: bin/test's set-up installs it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import nbformat
+import pytest
+
+from tests.attacks.xss_probes import PROBES
+from tests.kernel.conftest import KERNEL_NAME, install_kernel_spec
+
+pytestmark = pytest.mark.slow
+
+CHROMIUM = Path(os.environ.get("SANDBOX_KERNEL_CHROMIUM", "/usr/bin/chromium"))
+CHROMIUM_ARGS = [  # no sandbox as root; none of Chromium's own calls to a closed network
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+RUN_TIMEOUT_SECONDS = 180.0
+NOTE = "[sandbox] the output firewall removed"
+ORDINARY_CELLS = [
+    "import pandas as pd\npd.DataFrame({'a': [1, 2, 3], 'b': ['x', 'y', 'z']})",
+    "import matplotlib.pyplot as plt\nplt.plot([1, 3, 2]); plt.title('plot');",
+    "import io\nfig, ax = plt.subplots(); ax.plot([3, 1, 2]); buffer = io.StringIO()\n"
+    "fig.savefig(buffer, format='svg'); plt.close(fig)\n"
+    "display({'image/svg+xml': buffer.getvalue()}, raw=True)",
+]
+
+
+@dataclass
+class Lab:
+    url: str
+    token: str
+    root: Path
+
+    def api(self, path: str) -> Any:
+        request = urllib.request.Request(
+            f"{self.url}{path}", headers={"Authorization": f"token {self.token}"}
+        )
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return json.loads(response.read())
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _notebook(path: Path, cells: list[str], policy: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    (path.parent / "config").mkdir(exist_ok=True)
+    (path.parent / "config" / "policy.toml").write_text(policy)  # found beside the notebook
+    book = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
+    book.metadata["kernelspec"] = {
+        "name": KERNEL_NAME,
+        "display_name": "sandbox",
+        "language": "python",
+    }
+    nbformat.write(book, path)
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    install_kernel_spec()
+    root = tmp_path_factory.mktemp("lab")
+    _notebook(root / "probes" / "probes.ipynb", [p.code for p in PROBES] + ORDINARY_CELLS, "")
+    control = [p.code for p in PROBES if p.id in ("img-onerror", "repr-html")]
+    _notebook(root / "trusted" / "control.ipynb", control, "[policy]\ntrust_outputs = true\n")
+    token, port = secrets.token_hex(16), _free_port()
+    env = {**os.environ, "SANDBOX_KERNEL_RUN_LOG": str(root / "runs.jsonl")}
+    env.pop("SANDBOX_KERNEL_POLICY", None)
+    log = (root / "server.log").open("wb")
+    server = subprocess.Popen(
+        [
+            sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1",
+            f"--port={port}", f"--IdentityProvider.token={token}",
+            f"--ServerApp.root_dir={root}", "--LabApp.expose_app_in_browser=True",
+            "--ServerApp.disable_check_xsrf=False",
+            "--ServerApp.log_level=WARN", "--LabApp.extension_manager=readonly",
+            f"--LabApp.workspaces_dir={root / '.lab-workspaces'}",
+            f"--LabApp.user_settings_dir={root / '.lab-settings'}",
+            *(["--allow-root"] if os.geteuid() == 0 else []),
+        ],
+        cwd=root,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=log,
+    )  # fmt: skip
+    found = Lab(f"http://127.0.0.1:{port}", token, root)
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            found.api("/api/status")
+            break
+        except OSError:
+            if server.poll() is not None:
+                log.close()
+                pytest.fail(f"JupyterLab ended: {(root / 'server.log').read_text()}")
+            assert time.monotonic() < deadline, "JupyterLab did not start within 60 s"
+            time.sleep(0.3)
+    try:
+        yield found
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    assert CHROMIUM.is_file(), (
+        f"no Chromium at {CHROMIUM}: bin/setup installs Debian's chromium with apt-get "
+        "(or set SANDBOX_KERNEL_CHROMIUM to a Chromium binary); this test does not skip"
+    )
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        yield launched
+        launched.close()
+
+
+@contextmanager
+def screenshot_on_failure(page: Any, folder: Path, name: str) -> Iterator[None]:
+    try:
+        yield
+    except BaseException:
+        shot = folder / f"{name}.png"
+        page.screenshot(path=str(shot), full_page=True)
+        print(f"screenshot of the failure: {shot}")
+        raise
+
+
+def open_notebook(page: Any, lab: Lab, path: str) -> None:
+    """Open `path` alone (?reset: no tab restored from an earlier page) and wait for its kernel."""
+    page.goto(f"{lab.url}/lab/tree/{path}?reset&token={lab.token}")
+    page.wait_for_function(
+        "path => { const panel = window.jupyterapp?.shell.currentWidget;"
+        " return panel?.context?.path === path"
+        " && panel.sessionContext?.session?.kernel?.status === 'idle'; }",
+        arg=path,
+        timeout=RUN_TIMEOUT_SECONDS * 1000,
+    )
+
+
+def run_all(page: Any) -> None:
+    page.evaluate("window.jupyterapp.commands.execute('notebook:run-all-cells')")
+    page.wait_for_function(
+        """() => {
+            const panel = window.jupyterapp.shell.currentWidget;
+            const kernel = panel?.sessionContext?.session?.kernel;
+            return kernel?.status === 'idle' && panel.content.widgets.every(
+                cell => cell.model.type !== 'code' || cell.model.executionCount !== null);
+        }""",
+        timeout=RUN_TIMEOUT_SECONDS * 1000,
+    )
+    page.wait_for_timeout(2000)  # an image's onerror, a meta refresh: they come a little later
+
+
+def click_survivors(page: Any) -> None:
+    """Click what a probe hoped the user would click (if anything of it is left)."""
+    for selector in ("#jsurl", "#entity", "#go", "#linker"):
+        for element in page.locator(f".jp-OutputArea-output {selector}").all():
+            element.click(timeout=2000)
+    page.wait_for_timeout(1000)
+
+
+def pwned(page: Any) -> int:
+    return int(page.evaluate("window.top.__pwned || 0"))
+
+
+def test_no_probe_runs_script_in_jupyterlab(lab: Lab, browser: Any, tmp_path: Path) -> None:
+    page = browser.new_page()
+    with screenshot_on_failure(page, tmp_path, "probes"):
+        open_notebook(page, lab, "probes/probes.ipynb")
+        run_all(page)
+        click_survivors(page)
+        assert pwned(page) == 0, "a probe's script ran in the page"
+        assert lab.api("/api/terminals") == [], "a terminal was opened on the host"
+        outputs = page.locator(".jp-OutputArea-output")
+        assert outputs.locator("table.dataframe").count() == 1, "the DataFrame is not a table"
+        png = outputs.locator("img[src^='data:image/png']")
+        assert png.count() >= 1, "the plot is not shown as an image"
+        svg = outputs.locator("img[src^='data:image/svg+xml']")
+        assert svg.count() == 2, "the SVG figure is not shown"  # the figure, the svg-mime probe
+        width = svg.last.evaluate("img => img.decode().then(() => img.naturalWidth)")
+        assert width > 0, "the sanitized SVG no longer renders"
+        assert page.get_by_text(NOTE).count() >= len(PROBES) - 3, "the notes are not shown"
+
+        # Saved, the notebook is signed as trusted; reopened, its outputs render again.
+        page.evaluate("window.jupyterapp.commands.execute('docmanager:save')")
+        page.wait_for_timeout(1500)
+        page.reload()
+        page.wait_for_selector(".jp-OutputArea-output table.dataframe", timeout=60_000)
+        page.wait_for_timeout(2000)
+        click_survivors(page)
+        assert pwned(page) == 0, "a saved output ran script when the notebook was reopened"
+        assert lab.api("/api/terminals") == [], "a terminal was opened on the host"
+    page.close()
+
+
+def test_the_control_runs_script_when_outputs_are_trusted(
+    lab: Lab, browser: Any, tmp_path: Path
+) -> None:
+    """trust_outputs = true: the same probes DO run (the browser checks can fail), and this
+    is what the switch gives up: the page's credentials, a terminal on the host."""
+    page = browser.new_page()
+    with screenshot_on_failure(page, tmp_path, "control"):
+        open_notebook(page, lab, "trusted/control.ipynb")
+        run_all(page)
+        assert pwned(page) >= 1, (
+            "the control's script did not run: the browser checks prove nothing"
+        )
+        deadline = time.monotonic() + 10
+        while not lab.api("/api/terminals") and time.monotonic() < deadline:
+            time.sleep(0.2)
+        terminals = lab.api("/api/terminals")
+        assert terminals, "the control's script could not open a terminal"
+    for terminal in terminals:
+        request = urllib.request.Request(
+            f"{lab.url}/api/terminals/{terminal['name']}",
+            method="DELETE",
+            headers={"Authorization": f"token {lab.token}"},
+        )
+        urllib.request.urlopen(request, timeout=10).close()
+    page.close()
