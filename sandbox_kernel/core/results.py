@@ -76,7 +76,14 @@ class SandboxResult(BaseModel):
     exit_code: int | None = None
     """The guest's exit status, when it exited (None when it was stopped)."""
     fuel_consumed: int = Field(default=0, ge=0)
-    """Fuel units (Wasm instructions) the execution used."""
+    """Fuel units (Wasm instructions) the execution used, start included: what the policy's
+    fuel_budget is compared with."""
+    startup_fuel: int = Field(default=0, ge=0)
+    """Of fuel_consumed, what the guest's start ran before the user's code began (about 23
+    million instructions for Python); 0 where the runtime does not report it (JavaScript)."""
+    user_fuel: int = Field(default=0, ge=0)
+    """Of fuel_consumed, what the user's code ran (from compiling it to its end). The rest,
+    fuel_consumed - startup_fuel - user_fuel, is the interpreter's shutdown."""
     memory_used_bytes: int = Field(default=0, ge=0)
     """Size of the guest's linear memory at the end."""
     duration_ms: float = Field(default=0.0, ge=0, allow_inf_nan=False)

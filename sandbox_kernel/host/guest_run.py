@@ -79,6 +79,8 @@ class RunOutcome:
     stdout: CappedStream
     stderr: CappedStream
     refusals: list[tuple[str, str]] = field(default_factory=list)
+    startup_fuel: int = 0  # of fuel_consumed, what ran before the user's code (0: unknown)
+    user_fuel: int | None = None  # what the user's code ran (None: unknown)
 
     @property
     def ok(self) -> bool:
@@ -162,12 +164,17 @@ def run_guest(
             store.set_epoch_deadline(ticks)
             guard.deadline = time.monotonic() + limits.timeout_seconds
             ended = _enter(store, handle, module, guard, entry)
+        stdout.close()
+        stderr.close()
         duration_ms = (time.perf_counter() - started) * 1000
+        at_start, at_end = guard.fuel_left_at_start, guard.fuel_left_at_end
         return RunOutcome(
             exit_code=ended.exit_code,
             limit=ended.limit,
             trap_message=ended.message,
             fuel_consumed=limits.fuel - store.get_fuel() if handle.metered else 0,
+            startup_fuel=limits.fuel - at_start if at_start is not None else 0,
+            user_fuel=at_start - at_end if at_start is not None and at_end is not None else None,
             memory_used_bytes=_memory_size(store, ended.instance),
             duration_ms=duration_ms,
             stdout=stdout,

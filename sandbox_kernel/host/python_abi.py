@@ -26,14 +26,16 @@ import wasmtime
 
 from sandbox_kernel.host.artifacts import PythonImage
 from sandbox_kernel.host.wasi_config import Preopen
-from sandbox_kernel.host.wasi_guards import active_guard
+from sandbox_kernel.host.wasi_guards import RunGuard, active_guard
 
 __all__ = [
     "ARGV0",
     "BASE_ENV",
+    "END_MARKER",
     "HOST_FAULT",
     "LIB_GUEST",
     "NO_HOST",
+    "START_MARKER",
     "door",
     "guest_memory",
     "image_preopens",
@@ -47,6 +49,32 @@ LIB_GUEST = "/usr/local/lib"
 NO_HOST, HOST_FAULT = -1, -2
 MASK32 = 0xFFFFFFFF
 MAX_RESPONSE_BYTES = 0x7FFFFFFF  # the response length must fit a signed i32
+# The door frames by which a one-shot run's prelude marks where the user's script begins
+# (Python's audit event "compile" for the script's file) and ends (an atexit handler
+# registered before any user code, so it runs after the user's own). The host answers them
+# with nothing (NO_HOST) but reads the fuel left; see `_mark`.
+START_MARKER = b"sandbox-kernel: the user's code starts"
+END_MARKER = b"sandbox-kernel: the user's code ended"
+_MARKERS = f"""\
+import atexit, sys
+try:
+    import _host
+except ImportError:
+    _host = None
+if _host is not None:
+    def _send(frame, _call=_host.call):
+        try:
+            _call(frame)
+        except Exception:
+            pass
+    def _hook(event, args, _script=sys.argv[1], _seen=[]):
+        if not _seen and event == "compile" and len(args) > 1 and args[1] == _script:
+            _seen.append(True)
+            _send({START_MARKER!r})
+    sys.addaudithook(_hook)
+    atexit.register(_send, {END_MARKER!r})
+"""
+
 # The image's own environment, before the policy's: tzdata from the zip, temp files in /tmp.
 BASE_ENV = {"TMPDIR": "/tmp", "PYTHONTZPATH": "", "HOME": "/tmp"}
 
@@ -77,15 +105,15 @@ def guest_memory(instance: wasmtime.Instance, store: wasmtime.Store) -> wasmtime
 def script_argv(script: str, extra_paths: tuple[str, ...] = ()) -> list[str]:
     """argv that runs `script` as `python script` does in this image.
 
-    The image runs isolated (`-I`: no PYTHONPATH, no script folder on sys.path). With
-    `extra_paths`, a one-line `-c` prelude appends them to sys.path, after the stdlib zip so
-    they cannot shadow it, and hands the script to the image's own runner (`_reactor.run`),
-    so the script's line numbers, `__main__` and exit status are what they would be anyway.
+    The image runs isolated (`-I`: no PYTHONPATH, no script folder on sys.path). A `-c`
+    prelude, one expression that binds no name in `__main__`, arms the markers (_MARKERS, in
+    a namespace of its own), appends `extra_paths` to sys.path (after the stdlib zip, so they
+    cannot shadow it), and hands the script to the image's own runner (`_reactor.run`): the
+    script's line numbers, `__main__` and exit status are what they would be without it.
     """
-    if not extra_paths:
-        return [ARGV0, script]
     prelude = (
         "__import__('linecache')._interactive_cache.clear() or "
+        f"exec({_MARKERS!r}, {{}}) or "
         f"__import__('sys').path.extend({list(extra_paths)!r}) or "
         "__import__('sys').exit(__import__('_reactor').run("
         f"[{ARGV0!r}, *__import__('sys').argv[1:]], dict(__import__('os').environ)))"
@@ -121,6 +149,8 @@ def door(caller: Any, ptr: int, length: int, out_ptr_ptr: int, out_len_ptr: int)
     sees as an OSError.
     """
     guard = active_guard()
+    if guard is not None and guard.door is None:
+        _mark(caller, guard, ptr, length)
     if guard is None or guard.door is None:
         return NO_HOST
     try:
@@ -129,6 +159,27 @@ def door(caller: Any, ptr: int, length: int, out_ptr_ptr: int, out_len_ptr: int)
         raise  # fuel or deadline while host_alloc ran: wasmtime's own stop
     except Exception:
         return HOST_FAULT
+
+
+def _mark(caller: Any, guard: RunGuard, ptr: int, length: int) -> None:
+    """A one-shot run's markers: the fuel left when the user's script began and ended. Only
+    the first of each counts (the user's own code could send more; it would only change what
+    its own result reports)."""
+    if length not in (len(START_MARKER), len(END_MARKER)):
+        return
+    try:
+        memory = caller.get("memory")
+        ptr &= MASK32
+        if memory is None or ptr + length > memory.data_len(caller):
+            return
+        frame = bytes(memory.read(caller, ptr, ptr + length))
+        # A Caller is a store context; Store.get_fuel reads any context.
+        if frame == START_MARKER and guard.fuel_left_at_start is None:
+            guard.fuel_left_at_start = wasmtime.Store.get_fuel(caller)
+        elif frame == END_MARKER and guard.fuel_left_at_end is None:
+            guard.fuel_left_at_end = wasmtime.Store.get_fuel(caller)
+    except Exception:  # a host function never raises into wasmtime; no reading, no harm
+        return
 
 
 def _frame(

@@ -284,6 +284,8 @@ class GuestSession:
                     limit, message = LimitKind.TRAP, str(exc).strip().splitlines()[0]
         finally:
             self._in_turn.clear()
+            stdout.close()  # the held tail, or the notice, to the listener
+            stderr.close()
         duration_ms = (time.perf_counter() - started) * 1000
         fuel = limits.fuel - store.get_fuel() if self.handle.metered else 0
         if status is not None:

@@ -82,6 +82,8 @@ class RunGuard:
     refusals: list[tuple[str, str]] = field(default_factory=list)  # (kind, detail)
     door: Callable[[bytes], bytes] | None = None  # answers the guest's door requests
     stop_reason: str | None = None  # "timeout" or "cancelled" once a wait stopped the guest
+    fuel_left_at_start: int | None = None  # fuel left when the user's script began (one-shot)
+    fuel_left_at_end: int | None = None  # ... and when it ended
     _forwards: dict[str, Any] = field(default_factory=dict)
     _private_memory: Any = None
 

@@ -285,9 +285,6 @@ class SandboxKernel(Kernel):
     ) -> dict[str, Any]:
         error = messages.error_content(execution)
         if not silent:
-            note = messages.limit_note(execution)
-            if note:
-                self._stream("stderr", note)
             if execution.result:
                 shown = self.firewall.bundle(execution.result, execution.result_metadata)
                 content = messages.execute_result_content(count, shown)

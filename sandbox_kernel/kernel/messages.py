@@ -24,7 +24,6 @@ __all__ = [
     "error_content",
     "execute_reply",
     "execute_result_content",
-    "limit_note",
     "stream_content",
 ]
 
@@ -39,13 +38,6 @@ def display_content(shown: Shown) -> dict[str, Any]:
 
 def execute_result_content(count: int, shown: Shown) -> dict[str, Any]:
     return {"execution_count": count, "data": shown.data, "metadata": shown.metadata}
-
-
-def limit_note(execution: CodeExecution) -> str | None:
-    """A sentence for limits the guest's own traceback cannot say (cut output, rollback)."""
-    if execution.truncated and execution.status is ExecutionStatus.OK:
-        return "[sandbox] output was cut at the policy's cap; the session was kept\n"
-    return None
 
 
 def error_content(execution: CodeExecution) -> dict[str, Any] | None:

@@ -374,6 +374,7 @@ class _Capture:
         self.stream = CappedStream(name, cap_bytes, self._lines.feed if self._lines else None)
 
     def flush(self) -> None:
+        self.stream.close()
         if self._lines is not None:
             self._lines.flush()
 

@@ -139,14 +139,17 @@ def fit_rows(
 
 
 def cap_stream(text: str, max_bytes: int, name: str) -> tuple[str, bool]:
-    """`text` cut at `max_bytes` (UTF-8) with a notice; whether it was cut."""
+    """`text` cut to at most `max_bytes` (UTF-8), its notice included; whether it was cut."""
     data = text.encode("utf-8")
     if len(data) <= max_bytes:
         return text, False
-    kept = data[:max_bytes].decode("utf-8", "ignore")
+    notice = f"[runner: {name} cut at max_output_bytes ({max_bytes:,} bytes)]\n"
+    if len(notice) >= max_bytes:
+        return notice[:max_bytes], True
+    kept = data[: max_bytes - len(notice) - 1].decode("utf-8", "ignore")
     if kept and not kept.endswith("\n"):
         kept += "\n"
-    return f"{kept}[runner: {name} cut at max_output_bytes ({max_bytes:,} bytes)]\n", True
+    return kept + notice, True
 
 
 def _dumps(value: object) -> bytes:

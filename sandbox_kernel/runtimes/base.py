@@ -56,11 +56,50 @@ def limits_from_policy(policy: ExecutionPolicy) -> RunLimits:
     )
 
 
+# The names a limit goes by on stderr; OutOfFuel is wasmtime's own name for its trap.
+_LIMIT_NAMES = {
+    LimitKind.FUEL: "OutOfFuel",
+    LimitKind.TIMEOUT: "Timeout",
+    LimitKind.MEMORY: "MemoryLimit",
+    LimitKind.TRAP: "Trap",
+    LimitKind.OPEN_FILES: "OpenFilesLimit",
+    LimitKind.FILE_SIZE: "FileSizeLimit",
+}
+
+
+def _fuel_text(outcome: RunOutcome, budget: int, reports_start: bool) -> str:
+    """Out of fuel, and where: a budget the interpreter's start or shutdown used up is set too
+    small for any code, which is worth saying."""
+    text = f"out of fuel: the policy allows {budget:,} instructions"
+    if outcome.user_fuel is not None:  # the code ended: its shutdown ran out
+        return (
+            f"{text}; the code ended (it ran {outcome.user_fuel:,}) but the interpreter's "
+            f"shutdown did not (its start ran {outcome.startup_fuel:,})"
+        )
+    if outcome.startup_fuel == 0 and reports_start:
+        return f"{text}, all used by the interpreter's start before the code began"
+    return text
+
+
+def _append_within(text: str, line: str, cap: int) -> str:
+    """`text` then `line`, at most `cap` bytes (UTF-8): `text` gives way, never `line`."""
+    if text and not text.endswith("\n"):
+        line = "\n" + line
+    room = cap - len(line.encode())
+    if room <= 0:
+        return line.encode()[:cap].decode("utf-8", "ignore")
+    head = text.encode()
+    if len(head) > room:
+        text = head[:room].decode("utf-8", "ignore")
+    return text + line
+
+
 class BaseSandbox(ABC):
     """A one-shot sandbox: each `execute` runs in a fresh guest over the same workspace."""
 
     runtime: RuntimeType
     code_filename: str
+    reports_start = False  # whether runs say where the user's code began (startup_fuel)
 
     def __init__(
         self,
@@ -79,18 +118,20 @@ class BaseSandbox(ABC):
         self._busy = threading.Lock()
 
     @abstractmethod
-    def execute(self, code: str) -> SandboxResult:
-        """Run `code` in a fresh guest and report how it went."""
+    def execute(self, code: str, *, inject_setup: bool | None = None) -> SandboxResult:
+        """Run `code` in a fresh guest and report how it went. `inject_setup` overrides the
+        sandbox's own setting for this call (None keeps it); runtimes without a setup refuse
+        True."""
 
     @abstractmethod
     def validate_code(self, code: str) -> bool:
         """Whether `code` parses, without running any of it."""
 
     @abstractmethod
-    def _launch(self, spec: RunSpec) -> RunOutcome:
+    def _launch(self, spec: RunSpec, inject_setup: bool) -> RunOutcome:
         """Run the image on `spec`, completing its argv, environment and preopens."""
 
-    def _run_file(self, code: str) -> SandboxResult:
+    def _run_file(self, code: str, inject_setup: bool = True) -> SandboxResult:
         """Write `code` to the workspace, run it, and build the result (the shared flow)."""
         if not isinstance(code, str):
             raise TypeError(f"code must be str, not {type(code).__name__}")
@@ -107,7 +148,7 @@ class BaseSandbox(ABC):
             with tempfile.TemporaryDirectory(
                 prefix="sandbox-kernel-tmp-", ignore_cleanup_errors=True
             ) as scratch:
-                outcome = self._launch(self._spec(Path(scratch)))
+                outcome = self._launch(self._spec(Path(scratch)), inject_setup)
             after = snapshot(self.workspace, exclude=frozenset({self.code_filename}))
             result = self._result(outcome, *diff(before, after))
             self._log_execution_metrics(result, run_id=run_id, refusals=outcome.refusals)
@@ -144,12 +185,18 @@ class BaseSandbox(ABC):
     ) -> SandboxResult:
         limit = self._classify(outcome)
         success = outcome.exit_code == 0 and limit is None
+        error = None if success else self._error_text(outcome, limit)
+        stderr = outcome.stderr.text()
+        if limit is not None and error is not None:  # the seed's users read stderr for it
+            line = f"[sandbox] {_LIMIT_NAMES[limit]}: {error}\n"
+            stderr = _append_within(stderr, line, self.policy.stderr_max_bytes)
         return SandboxResult(
             success=success,
             stdout=outcome.stdout.text(),
-            stderr=outcome.stderr.text(),
+            stderr=stderr,
             exit_code=outcome.exit_code,
             fuel_consumed=outcome.fuel_consumed,
+            **self._fuel_split(outcome),
             memory_used_bytes=outcome.memory_used_bytes,
             duration_ms=outcome.duration_ms,
             files_created=created,
@@ -159,13 +206,23 @@ class BaseSandbox(ABC):
             stderr_truncated=outcome.stderr.truncated,
             limit=limit,
             runtime=self.runtime,
-            error=None if success else self._error_text(outcome, limit),
+            error=error,
         )
+
+    def _fuel_split(self, outcome: RunOutcome) -> dict[str, int]:
+        """startup_fuel and user_fuel: from the run's markers; a runtime that marks its start
+        and never got there spent it all starting; one that cannot mark counts all as user's."""
+        consumed, startup = outcome.fuel_consumed, min(outcome.startup_fuel, outcome.fuel_consumed)
+        if self.reports_start and startup == 0:
+            return {"startup_fuel": consumed, "user_fuel": 0}
+        if outcome.user_fuel is not None:  # both markers: the code alone
+            return {"startup_fuel": startup, "user_fuel": max(0, outcome.user_fuel)}
+        return {"startup_fuel": startup, "user_fuel": consumed - startup}  # stopped inside it
 
     def _error_text(self, outcome: RunOutcome, limit: LimitKind | None) -> str | None:
         p = self.policy
         texts = {
-            LimitKind.FUEL: f"out of fuel: the policy allows {p.fuel_budget:,} instructions",
+            LimitKind.FUEL: _fuel_text(outcome, p.fuel_budget, self.reports_start),
             LimitKind.TIMEOUT: f"timed out: the policy allows {p.timeout_seconds:g} s",
             LimitKind.MEMORY: f"out of memory: the policy allows {p.memory_bytes:,} bytes",
             LimitKind.TRAP: f"the guest crashed: {outcome.trap_message}",

@@ -29,8 +29,10 @@ def create_sandbox(
     workspace: Path | str | None = None,
     logger: SandboxLogger | None = None,
     wasm_binary_path: Path | str | None = None,
+    inject_setup: bool = True,
 ) -> BaseSandbox:
-    """A sandbox for `runtime` ("python" or "javascript"); ValueError for any other name."""
+    """A sandbox for `runtime` ("python" or "javascript"); ValueError for any other name.
+    `inject_setup` is the Python sandbox's default (each `execute` may override it)."""
     try:
         kind = RuntimeType(runtime)
     except ValueError:
@@ -38,5 +40,7 @@ def create_sandbox(
         raise ValueError(f"unknown runtime {runtime!r}; expected one of {names}") from None
     cls = _RUNTIMES[kind]
     if cls is PythonSandbox:
-        return PythonSandbox(policy, workspace, logger, wasm_binary_path=wasm_binary_path)
+        return PythonSandbox(
+            policy, workspace, logger, inject_setup=inject_setup, wasm_binary_path=wasm_binary_path
+        )
     return JavaScriptSandbox(policy, workspace, logger, wasm_binary_path=wasm_binary_path)

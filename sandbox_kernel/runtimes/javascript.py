@@ -62,8 +62,12 @@ class JavaScriptSandbox(BaseSandbox):
         self.image: JavaScriptImage = javascript_image(wasm_binary_path)
         self._engine = get_engine()
 
-    def execute(self, code: str) -> SandboxResult:
-        return self._run_file(code)
+    def execute(self, code: str, *, inject_setup: bool | None = None) -> SandboxResult:
+        """Run `code` in a fresh guest. JavaScript has no setup to inject: `inject_setup`
+        may be None or False (as a caller of any runtime may pass), never True."""
+        if inject_setup is not None and inject_setup is not False:
+            raise ValueError("JavaScriptSandbox has no setup to inject (inject_setup=True)")
+        return self._run_file(code, inject_setup=False)
 
     def validate_code(self, code: str) -> bool:
         """Whether `code` parses as a script or as a module, judged by the guest's own parser
@@ -86,7 +90,7 @@ class JavaScriptSandbox(BaseSandbox):
     def _module(self) -> Any:  # a wasmtime.Module; runtimes do not import wasmtime
         return self._engine.module(self.image.binary, self.image.binary_sha256)
 
-    def _launch(self, spec: RunSpec) -> RunOutcome:
+    def _launch(self, spec: RunSpec, inject_setup: bool) -> RunOutcome:
         script = f"{self.policy.guest_mount_path}/{self.code_filename}"
         spec = dataclasses.replace(spec, argv=("qjs", script))
         return run_guest(

@@ -37,6 +37,7 @@ class PythonSandbox(BaseSandbox):
 
     runtime = RuntimeType.PYTHON
     code_filename = "user_code.py"
+    reports_start = True
 
     def __init__(
         self,
@@ -53,8 +54,15 @@ class PythonSandbox(BaseSandbox):
         self.image: PythonImage = python_image(wasm_binary_path)
         self._engine = get_engine()
 
-    def execute(self, code: str) -> SandboxResult:
-        return self._run_file(code)
+    def execute(self, code: str, *, inject_setup: bool | None = None) -> SandboxResult:
+        """Run `code` in a fresh guest. `inject_setup` (None: the sandbox's own setting)
+        says whether /app and /app/site-packages join sys.path for this run."""
+        if inject_setup is not None and not isinstance(inject_setup, bool):
+            raise TypeError(
+                f"inject_setup must be a bool or None, not {type(inject_setup).__name__}"
+            )
+        setup = self.inject_setup if inject_setup is None else inject_setup
+        return self._run_file(code, setup)
 
     def validate_code(self, code: str) -> bool:
         """Whether `code` compiles (host-side `compile`, nothing runs). Guest syntax is 3.15's,
@@ -67,10 +75,10 @@ class PythonSandbox(BaseSandbox):
             return False
         return True
 
-    def _launch(self, spec: RunSpec) -> RunOutcome:
+    def _launch(self, spec: RunSpec, inject_setup: bool) -> RunOutcome:
         module = self._engine.module(self.image.binary, self.image.binary_sha256)
         app = self.policy.guest_mount_path
-        extra = (app, f"{app}/site-packages") if self.inject_setup else ()
+        extra = (app, f"{app}/site-packages") if inject_setup else ()
         spec = dataclasses.replace(
             spec,
             argv=python_abi.script_argv(f"{app}/{self.code_filename}", extra),

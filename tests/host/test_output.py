@@ -49,29 +49,45 @@ def test_write_accepts_a_memoryview() -> None:
 def test_the_notice_names_the_stream_the_count_and_the_cap() -> None:
     stream = CappedStream("stderr", 1024)
     stream.write(b"e" * 1_500_000)
-    assert stream.notice() == (
-        "[sandbox: 1,498,976 bytes of stderr omitted; the policy caps stderr at 1,024 bytes]\n"
+    notice = stream.notice()
+    assert notice == (
+        "[sandbox: 1,499,083 bytes of stderr omitted; the policy caps stderr at 1,024 bytes, "
+        "this notice included]\n"
     )
     text = stream.text()
-    assert text == "e" * 1024 + "\n" + stream.notice()
+    assert text == "e" * (1024 - len(notice) - 1) + "\n" + notice
+    assert len(text.encode()) == 1024
+
+
+@pytest.mark.parametrize("cap", [1, 10, 50, 100, 150, 200, 1000, 4096])
+@pytest.mark.parametrize("payload", [b"x" * 5000, "é✓".encode() * 2000, b"line\n" * 2000])
+def test_the_cap_is_the_cap_notice_included(cap: int, payload: bytes) -> None:
+    stream = CappedStream("stdout", cap)
+    stream.write(payload)
+    text = stream.text()
+    assert len(text.encode()) <= cap
+    assert stream.truncated
+    if cap >= 40:  # room for the short notice at least
+        assert text.endswith("]\n") and payload.decode().startswith(text.split("\n[")[0])
+    else:
+        assert text == "[sandbox: stdout cut at"[:cap]
 
 
 def test_the_notice_starts_on_its_own_line() -> None:
-    stream = CappedStream("stdout", 6)
-    stream.write(b"abc\ndefgh")
-    assert (
-        stream.text()
-        == "abc\nde\n[sandbox: 3 bytes of stdout omitted; the policy caps stdout at 6 bytes]\n"
-    )
-    ended = CappedStream("stdout", 4)
-    ended.write(b"abc\nmore")
-    assert ended.text() == "abc\n" + ended.notice()
+    stream = CappedStream("stdout", 300)
+    stream.write(b"abc\n" + b"d" * 400)
+    text = stream.text()
+    body, notice = text.split("\n[sandbox: ")
+    assert body.startswith("abc\nddd") and set(body[4:]) == {"d"}
+    assert notice.endswith("this notice included]\n")
+    assert len(text.encode()) <= 300
 
 
 def test_no_notice_without_truncation() -> None:
     stream = CappedStream("stdout", 4)
     stream.write(b"abcd")
-    assert "omitted" not in stream.text()
+    assert stream.text() == "abcd"
+    assert stream.notice() == ""
 
 
 def test_text_replaces_invalid_utf8() -> None:
@@ -80,20 +96,33 @@ def test_text_replaces_invalid_utf8() -> None:
     assert stream.text() == "ok \ufffd\ufffd end"
 
 
-def test_a_cut_inside_a_character_does_not_raise() -> None:
-    stream = CappedStream("stdout", 2)
-    stream.write("é✓".encode())
-    assert stream.text().startswith("é")
+def test_a_cut_inside_a_character_keeps_whole_characters() -> None:
+    stream = CappedStream("stdout", 300)
+    stream.write("é✓".encode() * 200)
+    body = stream.text().split("\n[sandbox")[0]
+    assert body and set(body) <= {"é", "✓"}
 
 
-def test_the_listener_sees_each_kept_chunk() -> None:
+def test_the_listener_sees_what_text_returns() -> None:
+    seen: list[bytes] = []
+    stream = CappedStream("stdout", 1000, seen.append)
+    stream.write(b"abc")
+    assert seen == [b"abc"]  # far from the cap: at once
+    stream.write(b"d" * 2000)
+    stream.write(b"more")
+    stream.close()
+    assert b"".join(seen).decode() == stream.text()
+    assert stream.listener_error is None
+
+
+def test_the_listener_gets_the_held_tail_when_nothing_was_cut() -> None:
     seen: list[bytes] = []
     stream = CappedStream("stdout", 8, seen.append)
-    stream.write(b"abc")
-    stream.write(b"defghij")
-    stream.write(b"klm")
-    assert seen == [b"abc", b"defgh"]  # only what was kept; nothing once the cap is full
-    assert stream.listener_error is None
+    stream.write(b"abcdefgh")  # exactly the cap: near it, so held until the end
+    assert seen == []
+    stream.close()
+    stream.close()  # once only
+    assert seen == [b"abcdefgh"] and stream.text() == "abcdefgh"
 
 
 def test_a_listener_that_raises_is_detached_and_remembered() -> None:
@@ -103,7 +132,7 @@ def test_a_listener_that_raises_is_detached_and_remembered() -> None:
         calls.append(chunk)
         raise RuntimeError("listener broke")
 
-    stream = CappedStream("stdout", 100, listener)
+    stream = CappedStream("stdout", 1000, listener)
     assert stream.write(b"first") == 5
     assert stream.write(b"second") == 6
     assert calls == [b"first"]

@@ -348,3 +348,15 @@ def test_dataframe_is_an_html_table(kernel: RunningKernel) -> None:
     execution = kernel.run_ok("import pandas as pd\npd.DataFrame({'a': [1, 2], 'b': ['x', 'y']})")
     assert "<table" in execution.result("text/html")
     assert execution.result("text/plain").split() == ["a", "b", "0", "1", "x", "1", "2", "y"]
+
+
+def test_the_streams_cap_is_the_cap_notice_included(fresh_kernel: RunningKernel) -> None:
+    """As the library's: a 10,000-byte print under a 1,000-byte cap arrives as at most 1,000
+    bytes, the notice saying it was cut among them; the next cell is whole again."""
+    fresh_kernel.run_ok("%policy stdout_max_bytes=1000")
+    execution = fresh_kernel.run_ok("import sys\nsys.stdout.write('x' * 10_000)")
+    streamed = execution.stream("stdout")
+    assert len(streamed.encode()) <= 1000
+    assert streamed.endswith("this notice included]\n")
+    assert execution.stream("stderr") == ""
+    assert fresh_kernel.run_ok("print('whole')").stream() == "whole\n"

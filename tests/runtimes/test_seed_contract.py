@@ -1,0 +1,150 @@
+"""The seeds' Python Runtime and Core Models scenarios, each quoted, through the public API as
+a new user would call it (real guests), plus the fuel split that lets budgets be set sensibly.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sandbox_kernel import (
+    ExecutionPolicy,
+    JavaScriptSandbox,
+    PythonSandbox,
+    REPLConfig,
+    RuntimeType,
+    create_repl,
+    create_sandbox,
+)
+from sandbox_kernel.core.results import LimitKind
+
+TEN_THOUSAND_BYTES = "import sys\nsys.stdout.write('x' * 10_000)"
+
+
+@pytest.fixture
+def module_in_workspace(workspace: Path) -> Path:
+    (workspace / "helper_mod.py").write_text("VALUE = 42\n")
+    return workspace
+
+
+# -- "execute(code, inject_setup=False)" -----------------------------------------------------
+
+
+def test_execute_takes_inject_setup_per_call(module_in_workspace: Path) -> None:
+    """Scenario: execute(code, inject_setup=False): the setup (/app on sys.path) is left out
+    for that call; the constructor's value stays the default."""
+    sandbox = PythonSandbox(ExecutionPolicy(), module_in_workspace)
+    code = "import helper_mod\nprint(helper_mod.VALUE)"
+    assert sandbox.execute(code).stdout == "42\n"
+    bare = sandbox.execute(code, inject_setup=False)
+    assert not bare.success and "ModuleNotFoundError" in bare.stderr
+    assert sandbox.execute(code).stdout == "42\n"  # the default is unchanged
+    off = PythonSandbox(ExecutionPolicy(), module_in_workspace, inject_setup=False)
+    assert not off.execute(code).success
+    assert off.execute(code, inject_setup=True).stdout == "42\n"
+
+
+def test_inject_setup_per_call_through_create_sandbox(module_in_workspace: Path) -> None:
+    sandbox = create_sandbox("python", workspace=module_in_workspace)
+    code = "import helper_mod"
+    assert sandbox.execute(code).success
+    assert not sandbox.execute(code, inject_setup=False).success
+    default_off = create_sandbox(
+        RuntimeType.PYTHON, workspace=module_in_workspace, inject_setup=False
+    )
+    assert not default_off.execute(code).success
+    assert default_off.execute(code, inject_setup=True).success
+
+
+def test_inject_setup_misuse_is_a_clear_error(workspace: Path) -> None:
+    with pytest.raises(TypeError, match="inject_setup must be a bool"):
+        PythonSandbox(ExecutionPolicy(), workspace).execute("pass", inject_setup="no")  # type: ignore[arg-type]
+    javascript = JavaScriptSandbox(ExecutionPolicy(), workspace)
+    assert javascript.execute("console.log(1)", inject_setup=False).stdout == "1\n"
+    with pytest.raises(ValueError, match="no setup to inject"):
+        javascript.execute("console.log(1)", inject_setup=True)
+
+
+# -- "stdout_max_bytes is 1000 ... length MUST be <= 1000 bytes" -----------------------------
+
+
+@pytest.mark.parametrize("stream", ["stdout", "stderr"])
+def test_the_cap_is_the_cap_notice_included(workspace: Path, stream: str) -> None:
+    """Scenario: policy.stdout_max_bytes is 1000, code prints 10,000 bytes: result.stdout
+    length MUST be <= 1000 bytes, and truncation MUST be indicated."""
+    policy = ExecutionPolicy(stdout_max_bytes=1000, stderr_max_bytes=1000)
+    result = PythonSandbox(policy, workspace).execute(TEN_THOUSAND_BYTES.replace("stdout", stream))
+    text = getattr(result, stream)
+    assert len(text.encode("utf-8")) <= 1000
+    assert getattr(result, f"{stream}_truncated") is True
+    assert text.endswith("this notice included]\n") and "bytes of " + stream + " omitted" in text
+
+
+def test_the_repls_cap_is_the_cap_too(workspace: Path) -> None:
+    with create_repl(REPLConfig(workspace=workspace, max_output_length=1000)) as repl:
+        execution = repl.execute(TEN_THOUSAND_BYTES)
+    assert len(execution.stdout.encode("utf-8")) <= 1000
+    assert execution.truncated and "omitted" in execution.stdout
+
+
+# -- "stderr MUST contain 'OutOfFuel' or equivalent" ------------------------------------------
+
+
+def test_fuel_exhaustion_is_written_to_stderr(workspace: Path) -> None:
+    """Scenario: code exhausts fuel budget: stderr MUST contain 'OutOfFuel' or equivalent."""
+    result = PythonSandbox(ExecutionPolicy(fuel_budget=200_000_000), workspace).execute(
+        "x = 0\nfor i in range(10**9):\n    x += i"
+    )
+    assert result.limit is LimitKind.FUEL and not result.success
+    assert "OutOfFuel" in result.stderr
+    assert result.error is not None and result.error in result.stderr  # error stays as it was
+
+
+@pytest.mark.parametrize("budget", [200_000_000, 10**12], ids=["fuel", "wall-clock"])
+def test_an_infinite_loop_says_why_on_stderr(workspace: Path, budget: int) -> None:
+    """Scenario: infinite loop: result.stderr MUST contain 'OutOfFuel' or timeout message."""
+    policy = ExecutionPolicy(fuel_budget=budget, timeout_seconds=2)
+    result = PythonSandbox(policy, workspace).execute("while True:\n    pass")
+    assert result.limit in (LimitKind.FUEL, LimitKind.TIMEOUT)
+    expected = "OutOfFuel" if result.limit is LimitKind.FUEL else "Timeout: timed out"
+    assert expected in result.stderr
+
+
+def test_the_limit_line_stays_within_the_stderr_cap(workspace: Path) -> None:
+    policy = ExecutionPolicy(fuel_budget=300_000_000, stderr_max_bytes=300)
+    code = "import sys\nsys.stderr.write('e' * 5000)\nwhile True:\n    pass"
+    result = PythonSandbox(policy, workspace).execute(code)
+    assert len(result.stderr.encode()) <= 300
+    assert "OutOfFuel" in result.stderr
+
+
+# -- the start's fuel, apart from the user's code ---------------------------------------------
+
+
+def test_fuel_of_the_start_and_of_the_code_are_apart(workspace: Path) -> None:
+    sandbox = PythonSandbox(ExecutionPolicy(), workspace)
+    alive = sandbox.execute("print('alive')")
+    loop = sandbox.execute("x = sum(range(100_000))")
+    for result in (alive, loop):
+        assert 10_000_000 < result.startup_fuel < 60_000_000
+        assert result.startup_fuel + result.user_fuel < result.fuel_consumed  # + shutdown
+    assert alive.user_fuel < 2_000_000  # printing one line is cheap; the start is not
+    assert loop.user_fuel > 20 * alive.user_fuel
+    assert abs(loop.startup_fuel - alive.startup_fuel) < 1_000_000
+
+
+def test_a_budget_too_small_for_the_interpreter_says_so(workspace: Path) -> None:
+    result = PythonSandbox(ExecutionPolicy(fuel_budget=50_000_000), workspace).execute(
+        "print('alive')"
+    )
+    assert result.stdout == "alive\n"  # the code ran ...
+    assert result.limit is LimitKind.FUEL  # ... and the shutdown ran out
+    assert result.error is not None and "shutdown" in result.error
+    tiny = PythonSandbox(ExecutionPolicy(fuel_budget=5_000_000), workspace).execute("pass")
+    assert tiny.error is not None and "start" in tiny.error and tiny.user_fuel == 0
+
+
+def test_javascript_reports_no_start(workspace: Path) -> None:
+    result = JavaScriptSandbox(ExecutionPolicy(), workspace).execute("console.log(1)")
+    assert result.startup_fuel == 0 and result.user_fuel == result.fuel_consumed
