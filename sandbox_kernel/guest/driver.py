@@ -285,16 +285,43 @@ class Driver:
         self.request("value", name=name, found=found, value=value)
 
     def complete(self, code: str, cursor_pos: int) -> None:
-        """Send Jupyter's complete_reply content for `code` at `cursor_pos` to the host."""
+        """Send Jupyter's complete_reply content for `code` at `cursor_pos` to the host (no
+        matches when the objects involved fail: a raising __dir__ is the user's own)."""
+        self.flag[0] = 0
         introspect = sys.modules["sandbox_kernel_introspect"]
-        reply = introspect.complete(vars(self.main), code, cursor_pos)
+        try:
+            reply = introspect.complete(vars(self.main), code, cursor_pos)
+        except Exception:
+            reply = {"matches": [], "cursor_start": cursor_pos, "cursor_end": cursor_pos}
         self.request("value", name="__complete__", found=True, value=reply)
 
     def inspect(self, code: str, cursor_pos: int, detail: int = 0) -> None:
         """Send Jupyter's inspect_reply content for the name at `cursor_pos` to the host."""
+        self.flag[0] = 0
         introspect = sys.modules["sandbox_kernel_introspect"]
-        reply = introspect.inspect_object(vars(self.main), code, cursor_pos, detail)
-        self.request("value", name="__inspect__", found=True, value=to_plain(reply))
+        try:
+            reply = to_plain(introspect.inspect_object(vars(self.main), code, cursor_pos, detail))
+        except Exception:
+            reply = {"found": False}
+        self.request("value", name="__inspect__", found=True, value=reply)
+
+    def evaluate(self, expressions: dict[str, str]) -> None:
+        """Send Jupyter's user_expressions to the host: for each {name: source}, its MIME
+        bundle or its error. An interrupt ends the evaluation: the rest are left out."""
+        self.flag[0] = 0
+        results: dict[str, Any] = {}
+        namespace = vars(self.main)
+        for key, source in expressions.items():
+            try:
+                value = eval(compile(source, "<user_expression>", "eval"), namespace)
+                data, metadata = format_bundle(value)
+                results[key] = {"status": "ok", "data": data, "metadata": metadata}
+            except KeyboardInterrupt:
+                break
+            except BaseException as exc:  # whatever an expression raises is its answer
+                error = {"ename": type(exc).__name__, "evalue": _safe_str(exc)}
+                results[key] = {"status": "error", **error, "traceback": []}
+        self.request("value", name="__expressions__", found=True, value=results)
 
     # -- what cells call -----------------------------------------------------------------
 

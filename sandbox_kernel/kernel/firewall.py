@@ -49,6 +49,7 @@ DEFAULT_MAX_BYTES = 10_000_000
 MAX_METADATA_BYTES = 64 * 1024
 MAX_COMPLETIONS = 2_000
 MAX_COMPLETION_CHARS = 1_000
+MAX_ERROR_CHARS = 100_000
 # Layout keys of per-MIME metadata that frontends read; anything else is dropped.
 METADATA_KEYS = frozenset({"width", "height", "unconfined", "needs_background", "expanded"})
 _BASE64 = re.compile(r"[A-Za-z0-9+/=\s]*")
@@ -168,9 +169,21 @@ class OutputFirewall:
         shown = self.bundle(reply.get("data"), reply.get("metadata"))
         return {"status": "ok", "found": True, **_with_note(shown)}
 
-    def user_expression(self, data: object) -> dict[str, Any]:
+    def user_expression(self, data: object, metadata: object = None) -> dict[str, Any]:
         """One ok user_expressions entry; a note in text/plain if something was removed."""
-        return {"status": "ok", **_with_note(self.bundle(data, None))}
+        return {"status": "ok", **_with_note(self.bundle(data, metadata))}
+
+    def user_expression_answer(self, answer: object) -> dict[str, Any]:
+        """One user_expressions entry from the guest's answer, ok or error, capped."""
+        entry = answer if isinstance(answer, dict) else {}
+        if entry.get("status") == "ok":
+            return self.user_expression(entry.get("data"), entry.get("metadata"))
+        return {
+            "status": "error",
+            "ename": _text(entry.get("ename"), MAX_COMPLETION_CHARS) or "Error",
+            "evalue": _text(entry.get("evalue"), MAX_ERROR_CHARS),
+            "traceback": [],
+        }
 
     def complete_reply(self, reply: object, cursor_pos: int) -> dict[str, Any]:
         """complete_reply content from the guest's answer: matches capped in count and size."""

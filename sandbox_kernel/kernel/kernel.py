@@ -25,9 +25,11 @@ from sandbox_kernel.kernel.data_magics import DataMagics
 from sandbox_kernel.kernel.firewall import OutputFirewall, Shown
 from sandbox_kernel.kernel.runlog import RunLog
 from sandbox_kernel.kernel.settings import KernelSettings
+from sandbox_kernel.kernel.stdin import StdinReader
 from sandbox_kernel.kernel.streams import StreamPublisher
 from sandbox_kernel.llm import LLMConfigError, LLMService
-from sandbox_kernel.repl.models import CodeExecution, ExecutionStatus
+from sandbox_kernel.repl.bridges import stop_check
+from sandbox_kernel.repl.models import CodeExecution
 from sandbox_kernel.repl.sandbox import ReplSandbox
 
 __all__ = ["SandboxKernel"]
@@ -99,6 +101,7 @@ class SandboxKernel(Kernel):
             config.on_llm_query = config.on_rlm_query = self._llm_unusable
         self.repl = ReplSandbox(config)
         self._silent = False
+        self._stdin: StdinReader | None = None
         self._history: list[tuple[int, int, str]] = []
         # What the first cell says while the session starts: a cold compile cache takes about
         # a minute once per machine, which should never look like a hang.
@@ -153,11 +156,14 @@ class SandboxKernel(Kernel):
             self._stream("stderr", shown.note)
 
     def _input(self, prompt: str, password: bool) -> str:
+        """On a bridge helper thread: ask the client, until answered or the cell moves on."""
         if not self._allow_stdin:
             raise EOFError("input() is not available: this client does not send input")
-        if password:
-            return str(self.getpass(prompt))
-        return str(self.raw_input(prompt))
+        if self._stdin is None:
+            self._stdin = StdinReader(self.session, self.stdin_socket)
+        ident = self._get_shell_context_var(self._shell_parent_ident)
+        parent = self.get_parent("shell")
+        return self._stdin.request(prompt, password, ident, parent, stop_check())
 
     # -- interrupts: SIGINT (signal mode, and message mode which ipykernel turns into one) ----
 
@@ -240,7 +246,8 @@ class SandboxKernel(Kernel):
         created, modified = diff(before, snapshot(self.settings.workspace))
         if store_history and not silent:
             self._history.append((0, count, code))
-        reply = self._publish(execution, count, silent, user_expressions)
+        expressions = await asyncio.to_thread(self._user_expressions, user_expressions or {})
+        reply = self._publish(execution, count, silent, expressions)
         self.runlog.record(
             code,
             execution,
@@ -281,7 +288,7 @@ class SandboxKernel(Kernel):
         execution: CodeExecution,
         count: int,
         silent: bool,
-        user_expressions: dict[str, Any] | None,
+        expressions: dict[str, Any],
     ) -> dict[str, Any]:
         error = messages.error_content(execution)
         if not silent:
@@ -291,21 +298,23 @@ class SandboxKernel(Kernel):
                 self._send_shown("execute_result", content, shown)
             if error is not None:
                 self.send_response(self.iopub_socket, "error", error)
-        expressions = self._user_expressions(user_expressions or {})
         return messages.execute_reply(execution, count, expressions, error)
 
-    def _user_expressions(self, expressions: dict[str, str]) -> dict[str, Any]:
+    def _user_expressions(self, expressions: dict[str, Any]) -> dict[str, Any]:
+        """On a worker thread: all of them in one call into the guest (policy limits, ended by
+        an interrupt); each answer through the firewall."""
+        if not expressions:
+            return {}
         results: dict[str, Any] = {}
+        allowed: dict[str, str] = {}
         for key, expression in expressions.items():
-            refused = self.data.refusal(expression)  # the guarded mode checks these too
+            refused = self.data.refusal(str(expression))  # the guarded mode checks these too
             if refused is not None:
                 results[key] = {"status": "error", "ename": refused.ename, "evalue": refused.error}
-                continue
-            value = self.repl.execute(f"({expression})")
-            if value.status is ExecutionStatus.OK:
-                results[key] = self.firewall.user_expression(value.result or {})
             else:
-                results[key] = {"status": "error", "ename": value.ename, "evalue": value.evalue}
+                allowed[str(key)] = str(expression)
+        for key, answer in self.repl.evaluate(allowed).items():
+            results[key] = self.firewall.user_expression_answer(answer)
         return results
 
     async def do_complete(self, code: str, cursor_pos: int) -> dict[str, Any]:

@@ -26,8 +26,10 @@ from sandbox_kernel.repl.protocol import CellReply, error_answer, ok_answer
 __all__ = ["Bridge", "LineSplitter", "escalate_after", "stop_check"]
 
 _WAIT_SLICE_SECONDS = 0.01
-# The driver's own bookkeeping (a cell's source and report, values, context): never counted
-# against the per-execution budgets, so a cell that spent them can still report.
+# The driver's own bookkeeping: counted against the per-execution budgets like every request,
+# and taken only when the host asked for it (the cell's one report, the one value a call of
+# ours waits for, the context while it is loaded, hello while the driver installs). Guest code
+# can call the door too: a report nobody asked for is refused and never kept.
 _BOOKKEEPING = frozenset({"hello", "done", "value", "context"})
 # The bridge whose request a callback is answering (set in the callback's context).
 _SERVING: contextvars.ContextVar[Bridge | None] = contextvars.ContextVar(
@@ -42,9 +44,15 @@ def stop_check() -> Callable[[], bool]:
     bridge = _SERVING.get()
     if bridge is None:
         return lambda: False
-    deadline = bridge.deadline
+    deadline, execution = bridge.deadline, bridge.execution
     soft, hard = bridge.soft_cancel, bridge.hard_cancel
-    return lambda: soft.is_set() or hard.is_set() or time.monotonic() >= deadline
+
+    def stopped() -> bool:  # a later execution clears the events: it also ends this one
+        if bridge.execution != execution or time.monotonic() >= deadline:
+            return True
+        return soft.is_set() or hard.is_set()
+
+    return stopped
 
 
 class LineSplitter:
@@ -94,15 +102,35 @@ class Bridge:
         self.values: dict[str, tuple[bool, Any]] = {}
         self.calls = 0
         self.bytes = 0
+        self.execution = 0  # counts begin(): which execution a callback serves
+        # What the host waits for now (see _BOOKKEEPING); None: nothing of that kind.
+        self.expected_cell: int | None = None
+        self.expected_value: str | None = None
+        self.expecting_context = False
+        self.expecting_hello = False
         self._helper: concurrent.futures.ThreadPoolExecutor | None = None
 
     def begin(self, timeout_seconds: float) -> None:
         """A new execution: fresh budgets, deadline and cancel state."""
         self.deadline = time.monotonic() + timeout_seconds
+        self.execution += 1
         self.calls = 0
         self.bytes = 0
         self.soft_cancel.clear()
         self.hard_cancel.clear()
+        self.expect()
+
+    def expect(
+        self,
+        cell: int | None = None,
+        value: str | None = None,
+        context: bool = False,
+        hello: bool = False,
+    ) -> None:
+        """What bookkeeping the running turn may send: its cell's report, the value a call of
+        ours waits for, the context, the driver's hello. begin() expects nothing."""
+        self.expected_cell, self.expected_value = cell, value
+        self.expecting_context, self.expecting_hello = context, hello
 
     # -- the door ----------------------------------------------------------------------------
 
@@ -112,10 +140,14 @@ class Bridge:
             request = protocol.decode_request(frame)
         except (ValueError, UnicodeDecodeError) as exc:
             return error_answer("ValueError", f"malformed door request: {exc}")
-        if request["op"] in _BOOKKEEPING:  # the driver's own requests: never budgeted
-            return self._dispatch(request)
         self.calls += 1
         self.bytes += len(frame)
+        if request["op"] in _BOOKKEEPING:
+            # Awaited ones pass even past the budgets (a cell that spent them still reports);
+            # the rest never reach a handler.
+            if not self._awaited(request):
+                return error_answer("RuntimeError", f"unexpected {request['op']} request")
+            return self._dispatch(request)
         if self.calls > self.config.max_bridge_calls:
             limit = self.config.max_bridge_calls
             return error_answer(
@@ -137,16 +169,33 @@ class Bridge:
 
     # -- driver bookkeeping ------------------------------------------------------------------
 
+    def _awaited(self, request: dict[str, Any]) -> bool:
+        op = request["op"]
+        if op == "done":
+            return request.get("cell") == self.expected_cell and self.expected_cell is not None
+        if op == "value":
+            return request.get("name") == self.expected_value and self.expected_value is not None
+        if op == "context":
+            return self.expecting_context
+        return op == "hello" and self.expecting_hello
+
     def _op_hello(self, request: dict[str, Any]) -> bytes:
+        self.expecting_hello = False
         self.flag_magic = bytes.fromhex(str(request.get("flag_magic", "")))
         return ok_answer()
 
     def _op_done(self, request: dict[str, Any]) -> bytes:
-        self.replies[int(request["cell"])] = CellReply.model_validate(request["reply"])
+        try:
+            reply = CellReply.model_validate(request["reply"])
+        except (ValueError, KeyError) as exc:
+            return error_answer("ValueError", f"malformed cell report: {exc}")
+        self.replies[int(request["cell"])] = reply
+        self.expected_cell = None  # one report per cell
         return ok_answer()
 
     def _op_value(self, request: dict[str, Any]) -> bytes:
         self.values[str(request["name"])] = (bool(request.get("found")), request.get("value"))
+        self.expected_value = None  # one value per call
         return ok_answer()
 
     def _op_context(self, request: dict[str, Any]) -> bytes:
@@ -273,11 +322,14 @@ class Bridge:
             value = self._wait_for(work)
         except StopTurn:
             raise
-        except EOFError:
-            if reraise:
-                raise
-            return error_answer("RuntimeError", f"{name} failed: EOFError")
         except Exception as exc:
+            # A callback that gave up because the execution was interrupted (input() does):
+            # the guest hears of the interrupt, not of the callback's way of stopping.
+            interrupted = self._check_waiting()
+            if interrupted is not None:
+                return interrupted
+            if isinstance(exc, EOFError) and reraise:
+                raise
             return error_answer("RuntimeError", f"{name} failed: {_describe(exc)}")
         if isinstance(value, _Interrupted):
             return value.answer

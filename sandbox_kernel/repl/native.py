@@ -131,7 +131,7 @@ class NativeReplSandbox:
             self._context = context
             if self._child is None:
                 self._start()
-            self._setup_turn(f"{DRIVER_NAME}.load_context()")
+            self._setup_turn(f"{DRIVER_NAME}.load_context()", context=True)
 
     def _check_usable(self) -> None:
         if self._destroyed:
@@ -149,7 +149,7 @@ class NativeReplSandbox:
         stderr = CappedStream("stderr", _SETUP_OUTPUT_BYTES)
         child.route(CappedStream("stdout", _SETUP_OUTPUT_BYTES), stderr)
         ended = child.converse(
-            rpc.Method.READY, self._door_for_setup(), _stop_after(_SETUP_TIMEOUT_SECONDS)
+            rpc.Method.READY, self._door_for_setup(hello=True), _stop_after(_SETUP_TIMEOUT_SECONDS)
         )
         if ended.stop is not None:
             code = child.close(kill=True)
@@ -157,8 +157,9 @@ class NativeReplSandbox:
             raise SandboxExecutionError(f"the native Python session could not start: {detail}")
         self._child = child
 
-    def _door_for_setup(self) -> Bridge:
+    def _door_for_setup(self, **expect: Any) -> Bridge:
         self.bridge.begin(_SETUP_TIMEOUT_SECONDS)
+        self.bridge.expect(**expect)  # the bookkeeping this turn may send
         return self.bridge
 
     def _env(self) -> dict[str, str]:
@@ -166,12 +167,12 @@ class NativeReplSandbox:
         env.setdefault("PATH", os.environ.get("PATH", os.defpath))
         return {k: v for k, v in env.items() if not k.upper().startswith(_SECRET_PREFIX)}
 
-    def _setup_turn(self, source: str) -> None:
+    def _setup_turn(self, source: str, **expect: Any) -> None:
         """A turn of ours (context, get_variable): it must succeed."""
         child = self._live()
         stderr = CappedStream("stderr", _SETUP_OUTPUT_BYTES)
         child.route(CappedStream("stdout", _SETUP_OUTPUT_BYTES), stderr)
-        door = self._door_for_setup()
+        door = self._door_for_setup(**expect)
         ended = self._turn(child, source, door, _stop_after(_SETUP_TIMEOUT_SECONDS))
         if ended.stop is None and ended.error is None:
             return
@@ -268,6 +269,7 @@ class NativeReplSandbox:
         timeout = self.config.timeout_ms / 1000
         deadline = time.monotonic() + timeout
         self.bridge.begin(timeout)
+        self.bridge.expect(cell=number)
 
         def stop() -> str | None:
             now = time.monotonic()
@@ -361,7 +363,7 @@ class NativeReplSandbox:
             self._check_usable()
             if self._child is None:
                 self.initialize(self._context)
-            self._setup_turn(f"{DRIVER_NAME}.get_variable({name!r})")
+            self._setup_turn(f"{DRIVER_NAME}.get_variable({name!r})", value=name)
             found, value = self.bridge.values.pop(name, (False, None))
             return value if found else None
 

@@ -137,7 +137,7 @@ class ReplSandbox:
             if self._session is None:
                 self._start()
             self._context = context
-            self._setup_turn(f"{DRIVER_NAME}.load_context()")
+            self._setup_turn(f"{DRIVER_NAME}.load_context()", context=True)
             self._image = self._session_or_fail().capture(into=self._image)
 
     def _start(self) -> None:
@@ -163,7 +163,7 @@ class ReplSandbox:
             self._session.restore(saved)
             self._image = saved  # the session's memory now: later captures patch it
             return
-        self._setup_turn(install_source())
+        self._setup_turn(install_source(), hello=True)
         if self.bridge.flag_magic is not None:
             self._session.locate_flag(self.bridge.flag_magic)
         if self.config.warm_start_modules:
@@ -172,11 +172,12 @@ class ReplSandbox:
             wanted = self.config.warm_start_modules
             warm.save(image, driver_source(), wanted, self._session, layout)
 
-    def _setup_turn(self, source: str) -> None:
+    def _setup_turn(self, source: str, *, context: bool = False, hello: bool = False) -> None:
         """A turn of ours (driver install, context, warm imports): it must succeed."""
         session = self._session_or_fail()
         self._join_capture()  # never enter the guest while its memory is being copied
         self.bridge.begin(_SETUP_TIMEOUT_SECONDS)
+        self.bridge.expect(context=context, hello=hello)
         limits = TurnLimits(_SETUP_FUEL, _SETUP_TIMEOUT_SECONDS, 1_000_000, 1_000_000)
         outcome = session.turn(source, limits)
         if outcome.status != 0:
@@ -268,6 +269,7 @@ class ReplSandbox:
             on_stderr=err.feed if err else None,
         )
         self.bridge.begin(timeout)
+        self.bridge.expect(cell=number)
         self._hard_requested = False
         self._running.set()
         try:
@@ -368,22 +370,55 @@ class ReplSandbox:
     # -- variables ---------------------------------------------------------------------------
 
     def complete(self, code: str, cursor_pos: int) -> dict[str, Any]:
-        """Jupyter complete_reply content, computed in the guest."""
-        return self._ask("__complete__", f"{DRIVER_NAME}.complete({code!r}, {int(cursor_pos)})")
+        """Jupyter complete_reply content, computed in the guest ({} when it failed)."""
+        call = f"{DRIVER_NAME}.complete({code!r}, {int(cursor_pos)})"
+        found, value = self._host_call("__complete__", call)
+        return dict(value) if found and isinstance(value, dict) else {}
 
     def inspect(self, code: str, cursor_pos: int, detail_level: int = 0) -> dict[str, Any]:
         """Jupyter inspect_reply content (signature and docstring), computed in the guest."""
         call = f"{DRIVER_NAME}.inspect({code!r}, {int(cursor_pos)}, {int(detail_level)})"
-        return self._ask("__inspect__", call)
+        found, value = self._host_call("__inspect__", call)
+        return dict(value) if found and isinstance(value, dict) else {}
 
-    def _ask(self, key: str, call: str) -> dict[str, Any]:
+    def evaluate(self, expressions: dict[str, str]) -> dict[str, Any]:
+        """Jupyter's user_expressions: each expression's MIME bundle or error, evaluated in
+        one call (an interrupt or the time limit ends them all: the rest say so)."""
+        call = f"{DRIVER_NAME}.evaluate({dict(expressions)!r})"
+        found, value = self._host_call("__expressions__", call)
+        answers = value if found and isinstance(value, dict) else {}
+        stopped = {"status": "error", "ename": "KeyboardInterrupt", "evalue": "not evaluated"}
+        return {key: answers.get(key, stopped) for key in expressions}
+
+    def _host_call(self, key: str, call: str) -> tuple[bool, Any]:
+        """A call of ours into the guest that runs the user's objects' code (their __dir__,
+        __repr__, properties): under the policy's fuel and time, ended by cancel() as a cell
+        is, its output dropped. A guest failure is (False, None), never an exception; a hard
+        stop rolls the session back as a cell's does."""
         with self._lock:
             if self._session is None:
                 self.initialize()
+            session = self._session_or_fail()
             self._join_capture()
-            self._setup_turn(call)
+            timeout = self.config.timeout_ms / 1000
+            limits = TurnLimits(self.config.policy.fuel_budget, timeout, 64 * 1024, 64 * 1024)
+            self.bridge.begin(timeout)
+            self.bridge.expect(value=key)
+            self._hard_requested = False
+            self._running.set()
+            try:
+                outcome = session.turn(call, limits)
+            finally:
+                with self._ending:
+                    self._running.clear()
+                if self._escalation is not None:
+                    self._escalation.cancel()
+                self.bridge.expect()
             found, value = self.bridge.values.pop(key, (False, None))
-            return dict(value) if found and isinstance(value, dict) else {}
+            if outcome.trapped:
+                self._rolled_back(session, outcome, self._count)
+                return False, None
+            return found, value
 
     def get_variable(self, name: str) -> Any:
         """The variable's value as plain Python (JSON-able; DataFrames as records), or None."""
@@ -392,7 +427,5 @@ class ReplSandbox:
         with self._lock:
             if self._session is None:
                 self.initialize()
-            self._join_capture()
-            self._setup_turn(f"{DRIVER_NAME}.get_variable({name!r})")
-            found, value = self.bridge.values.pop(name, (False, None))
+            found, value = self._host_call(name, f"{DRIVER_NAME}.get_variable({name!r})")
             return value if found else None
