@@ -224,6 +224,29 @@ class SandboxKernel(Kernel):
         cell_meta: dict[str, Any] | None = None,
         cell_id: str | None = None,
     ) -> dict[str, Any]:
+        """The cell's reply, whatever happens: ipykernel sends none when this raises, and a
+        client would wait forever, so a failure of the kernel itself is an error reply."""
+        try:
+            return await self._execute(code, silent, store_history, user_expressions, allow_stdin)
+        except Exception as exc:
+            self.log.exception("sandbox-kernel failed to run a cell")
+            return self._magic_reply(
+                magics.MagicResult(
+                    error=f"the kernel could not run this cell: {type(exc).__name__}: {exc}",
+                    ename="SandboxKernelError",
+                ),
+                self.execution_count,
+                silent,
+            )
+
+    async def _execute(
+        self,
+        code: str,
+        silent: bool,
+        store_history: bool,
+        user_expressions: dict[str, Any] | None,
+        allow_stdin: bool,
+    ) -> dict[str, Any]:
         count = self.execution_count
         self._allow_stdin = allow_stdin
         if code.strip() in _EXIT_WORDS:  # as IPython: the client (jupyter console) leaves
@@ -318,15 +341,23 @@ class SandboxKernel(Kernel):
         return results
 
     async def do_complete(self, code: str, cursor_pos: int) -> dict[str, Any]:
-        await self._session_ready()
-        reply = await asyncio.to_thread(self.repl.complete, code, cursor_pos)
+        reply: object = None
+        try:
+            await self._session_ready()
+            reply = await asyncio.to_thread(self.repl.complete, code, cursor_pos)
+        except Exception:  # a reply always goes: no matches
+            self.log.exception("sandbox-kernel failed to complete")
         return self.firewall.complete_reply(reply, cursor_pos)
 
     async def do_inspect(
         self, code: str, cursor_pos: int, detail_level: int = 0, omit_sections: Any = ()
     ) -> dict[str, Any]:
-        await self._session_ready()
-        reply = await asyncio.to_thread(self.repl.inspect, code, cursor_pos, detail_level)
+        reply: object = None
+        try:
+            await self._session_ready()
+            reply = await asyncio.to_thread(self.repl.inspect, code, cursor_pos, detail_level)
+        except Exception:  # a reply always goes: nothing found
+            self.log.exception("sandbox-kernel failed to inspect")
         return self.firewall.inspect_reply(reply, cursor_pos)
 
     async def do_is_complete(self, code: str) -> dict[str, Any]:

@@ -13,8 +13,10 @@ Must not import: ipykernel (the kernel passes itself in).
 from __future__ import annotations
 
 import codeop
+import os
 import shlex
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sandbox_kernel.core.errors import PolicyValidationError
@@ -22,7 +24,9 @@ from sandbox_kernel.core.errors import PolicyValidationError
 if TYPE_CHECKING:
     from sandbox_kernel.kernel.kernel import SandboxKernel
 
-__all__ = ["MagicResult", "handle", "history", "is_complete"]
+__all__ = ["CONTEXT_MAX_BYTES", "MagicResult", "handle", "history", "is_complete"]
+
+CONTEXT_MAX_BYTES = 256 * 1024 * 1024  # %context reads no more than the door could carry
 
 _SESSION_SETTABLE = ("fuel_budget", "timeout_seconds", "stdout_max_bytes", "stderr_max_bytes")
 _WHO = (
@@ -54,6 +58,8 @@ def handle(kernel: SandboxKernel, code: str) -> MagicResult | None:
         return MagicResult(text=handler(kernel, rest.strip()))
     except (PolicyValidationError, ValueError, OSError) as exc:
         return MagicResult(error=f"%{name}: {exc}")
+    except Exception as exc:  # a magic's failure answers the client, always
+        return MagicResult(error=f"%{name}: {type(exc).__name__}: {exc}")
 
 
 def _policy(kernel: SandboxKernel, args: str) -> str:
@@ -78,16 +84,32 @@ def _context(kernel: SandboxKernel, args: str) -> str:
     if not args:
         raise ValueError("usage: %context PATH (a file under the workspace)")
     root = kernel.settings.workspace.resolve()
-    path = (root / args.removeprefix(kernel.repl.config.policy.guest_mount_path + "/")).resolve()
+    relative = args.removeprefix(kernel.repl.config.policy.guest_mount_path + "/")
+    try:  # a link loop the guest planted is a RuntimeError on Python 3.11, an OSError later
+        path = (root / relative).resolve()
+    except (RuntimeError, OSError):
+        path = root / "\0"  # not a file
     if not path.is_relative_to(root) or not path.is_file():
         raise ValueError(f"{args} is not a file in the workspace")
-    raw = path.read_bytes()
+    raw = read_capped(path, CONTEXT_MAX_BYTES)
     try:
         value: str | bytes = raw.decode("utf-8")
     except UnicodeDecodeError:
         value = raw
     kernel.repl.initialize(context=value)
     return f"context: {len(value):,} {'characters' if isinstance(value, str) else 'bytes'}\n"
+
+
+def read_capped(path: Path, limit: int) -> bytes:
+    """The file's bytes, opened without following a last-moment link; ValueError past `limit`
+    (a sparse file the guest made can claim terabytes)."""
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    descriptor = os.open(path, flags)
+    with os.fdopen(descriptor, "rb") as file:
+        data = file.read(limit + 1)
+    if len(data) > limit:
+        raise ValueError(f"{path.name} is larger than {limit:,} bytes")
+    return data
 
 
 def _sandbox(kernel: SandboxKernel, args: str) -> str:

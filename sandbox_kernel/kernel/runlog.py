@@ -21,8 +21,13 @@ from typing import Any
 
 from sandbox_kernel.llm.rlm import RLMStep
 from sandbox_kernel.repl.models import CodeExecution
+from sandbox_kernel.repl.results import capped
 
 __all__ = ["RunLog"]
+
+MAX_CODE_CHARS = 1_000_000
+MAX_FIELD_CHARS = 64 * 1024
+MAX_LIST_ITEMS = 1_000
 
 
 class RunLog:
@@ -59,6 +64,7 @@ class RunLog:
                 self._fd = -1
 
     def _write(self, entry: dict[str, Any]) -> None:
+        entry = {key: _capped(key, value) for key, value in entry.items()}
         line = json.dumps(entry, ensure_ascii=False, default=str) + "\n"
         with self._lock:
             if self._fd >= 0 and os.fstat(self._fd).st_nlink == 0:  # removed: start a new one
@@ -82,6 +88,16 @@ class RunLog:
             return os.open(self.path.name, flags, 0o600, dir_fd=dir_fd)
         finally:
             os.close(dir_fd)
+
+
+def _capped(key: str, value: Any) -> Any:
+    """A line stays readable, whatever a cell (or a model) made: long text is cut, lists of
+    names are shortened."""
+    if isinstance(value, str):
+        return capped(value, MAX_CODE_CHARS if key == "code" else MAX_FIELD_CHARS)
+    if isinstance(value, list) and len(value) > MAX_LIST_ITEMS:
+        return [*value[:MAX_LIST_ITEMS], f"[sandbox: {len(value) - MAX_LIST_ITEMS:,} more]"]
+    return value
 
 
 def _now() -> str:

@@ -15,23 +15,64 @@ from sandbox_kernel.repl.protocol import CellReply
 if TYPE_CHECKING:
     from sandbox_kernel.host.session import TurnOutcome
 
-__all__ = ["UsageReading", "execution_from_reply", "stopped_execution"]
+__all__ = [
+    "MAX_EVALUE_CHARS",
+    "MAX_TRACEBACK_CHARS",
+    "UsageReading",
+    "capped",
+    "capped_lines",
+    "execution_from_reply",
+    "stopped_execution",
+]
+
+MAX_ENAME_CHARS = 200
+MAX_EVALUE_CHARS = 64 * 1024
+MAX_TRACEBACK_CHARS = 256 * 1024  # all lines together
+
+
+def capped(text: str, limit: int) -> str:
+    """`text`, or its first part and a notice saying how much was left out: at most `limit`
+    characters in all."""
+    if len(text) <= limit:
+        return text
+    notice = f" [sandbox: {len(text) - limit:,} more characters omitted]"
+    return text[: max(0, limit - len(notice))] + notice
+
+
+def capped_lines(lines: list[str], limit: int) -> list[str]:
+    """Traceback lines within `limit` characters in all: the first lines, a notice, and the
+    last line (the exception itself), each line capped too."""
+    each = [capped(line, MAX_EVALUE_CHARS) for line in lines]
+    if sum(len(line) for line in each) <= limit:
+        return each
+    last = each[-1]
+    kept, used = [], len(last) + 100
+    for line in each[:-1]:
+        if used + len(line) > limit:
+            break
+        kept.append(line)
+        used += len(line)
+    omitted = len(each) - 1 - len(kept)
+    return [*kept, f"[sandbox: {omitted:,} traceback lines omitted]", last]
 
 
 def execution_from_reply(reply: CellReply, outcome: TurnOutcome, number: int) -> CodeExecution:
-    """The outcome of cell `number`, which ended by itself and reported `reply`."""
+    """The outcome of cell `number`, which ended by itself and reported `reply`. The error's
+    parts are capped (a cell can raise an exception whose message is 20 MB)."""
     error = reply.error
     status = ExecutionStatus(reply.status)
     if error is not None and error.ename == "MemoryError":
         status = ExecutionStatus.MEMORY
+    ename = capped(error.ename, MAX_ENAME_CHARS) if error else None
+    evalue = capped(error.evalue, MAX_EVALUE_CHARS) if error else None
     return CodeExecution(
         status=status,
         stdout=outcome.stdout.text(),
         stderr=outcome.stderr.text(),
-        error=f"{error.ename}: {error.evalue}" if error else None,
-        ename=error.ename if error else None,
-        evalue=error.evalue if error else None,
-        traceback=list(error.traceback) if error else [],
+        error=f"{ename}: {evalue}" if error else None,
+        ename=ename,
+        evalue=evalue,
+        traceback=capped_lines(error.traceback, MAX_TRACEBACK_CHARS) if error else [],
         result=reply.result,
         result_metadata=reply.result_metadata,
         displays=list(reply.displays),

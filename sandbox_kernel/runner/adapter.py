@@ -13,6 +13,7 @@ Must not import: wasmtime, anything Jupyter.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from typing import Annotated, Final, Literal
 
@@ -139,9 +140,13 @@ def fit_rows(
 
 
 def cap_stream(text: str, max_bytes: int, name: str) -> tuple[str, bool]:
-    """`text` cut to at most `max_bytes` (UTF-8), its notice included; whether it was cut."""
+    """`text` cut to at most `max_bytes` (UTF-8), its notice included; whether it was cut. A
+    stream the sandbox already cut (its own notice at the end) gets the runner's notice."""
+    sandbox_cut = _SANDBOX_NOTICE.search(text)
+    if sandbox_cut is not None:
+        text = text[: sandbox_cut.start()]
     data = text.encode("utf-8")
-    if len(data) <= max_bytes:
+    if len(data) <= max_bytes and sandbox_cut is None:
         return text, False
     notice = f"[runner: {name} cut at max_output_bytes ({max_bytes:,} bytes)]\n"
     if len(notice) >= max_bytes:
@@ -150,6 +155,12 @@ def cap_stream(text: str, max_bytes: int, name: str) -> tuple[str, bool]:
     if kept and not kept.endswith("\n"):
         kept += "\n"
     return kept + notice, True
+
+
+# The end of a stream the sandbox cut (host/output.py's notice, either form).
+_SANDBOX_NOTICE = re.compile(
+    r"\n?\[sandbox: (?:[\d,]+ bytes of \w+ omitted;[^\n]*|\w+ cut at [\d,]+ bytes)\]\n$"
+)
 
 
 def _dumps(value: object) -> bytes:

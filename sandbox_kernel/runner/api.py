@@ -27,6 +27,7 @@ from typing import Any
 from pydantic import JsonValue, ValidationError
 
 from sandbox_kernel.core.errors import SandboxError
+from sandbox_kernel.repl.results import capped
 from sandbox_kernel.runner.adapter import (
     FailurePayload,
     PayloadError,
@@ -59,6 +60,9 @@ from sandbox_kernel.runner.settings import ENABLE_PYTHON_ENV, RunnerSettings
 from sandbox_kernel.runner.sql import check_sql
 
 __all__ = ["execute_python", "execute_sql", "run_request"]
+
+_MAX_COLUMN_CHARS = 1_000  # a column name the guest made can be 20 MB
+_MAX_DETAILS = 20
 
 logger = logging.getLogger("sandbox_kernel.runner")
 
@@ -272,7 +276,8 @@ class _Run:
             code = ErrorCode(payload.code)
             raise RunFailed(code, payload.message, stdout=stdout, stderr=stderr)
         cap = request.max_output_bytes
-        rows, hits = fit_rows(payload.columns, payload.rows, request.max_rows, cap)
+        columns = [capped(name, _MAX_COLUMN_CHARS) for name in payload.columns]
+        rows, hits = fit_rows(columns, payload.rows, request.max_rows, cap)
         hits = [*(LimitHit(c) for c in payload.cut), *hits]
         stdout, stdout_cut = cap_stream(stdout, cap, "stdout")
         stderr, stderr_cut = cap_stream(stderr, cap, "stderr")
@@ -281,7 +286,7 @@ class _Run:
         return RunnerResponse(
             status=RunStatus.SUCCESS,
             query_type=request.query_type,
-            columns=payload.columns,
+            columns=columns,
             rows=rows,
             row_count=len(rows),
             total_rows=payload.total_rows,
@@ -298,14 +303,16 @@ class _Run:
         stderr, stderr_cut = cap_stream(failed.stderr, cap, "stderr")
         hits = [failed.limit] if failed.limit is not None else []
         hits += [LimitHit.STDOUT] * stdout_cut + [LimitHit.STDERR] * stderr_cut
+        message, message_cut = cap_stream(failed.message, cap, "error")
+        details = [cap_stream(d, cap, "detail")[0] for d in failed.details[:_MAX_DETAILS]]
         return RunnerResponse.failure(
             failed.code,
-            failed.message,
+            message,
             query_type=query_type,
             line=failed.line,
-            details=failed.details,
+            details=details,
             limits_hit=hits,
-            truncated=stdout_cut or stderr_cut,
+            truncated=stdout_cut or stderr_cut or message_cut,
             stdout_trunc=stdout,
             stderr_trunc=stderr,
         )

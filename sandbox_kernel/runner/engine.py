@@ -84,6 +84,8 @@ class SandboxRun:
             warm_start_modules=settings.warm_start_modules,
         )
         self.repl = ReplSandbox(config)
+        # The request's timeout bounds the whole request: each step gets what is left.
+        self._deadline = time.monotonic() + request.timeout_seconds
 
     def __enter__(self) -> SandboxRun:
         try:
@@ -111,7 +113,28 @@ class SandboxRun:
 
     def _execute(self, step: Step, code: str) -> CodeExecution:
         with self._timed(step):
+            self._bound(step)
             return self.repl.execute(code)
+
+    def _value(self, step: Step) -> object:
+        """The result variable, read by guest code (its reprs) within what time is left."""
+        self._bound(step)
+        value = self.repl.get_variable(adapter.RESULT_VARIABLE)
+        if value is None and time.monotonic() >= self._deadline:
+            self._bound(step)  # no time left: the timeout's own error
+        return value
+
+    def _bound(self, step: Step) -> None:
+        """Give the next call into the guest only the request's remaining time."""
+        left_ms = math.floor((self._deadline - time.monotonic()) * 1000)
+        if left_ms <= 0:
+            message = (
+                f"{_STEP_WORDS[step]} had no time left within timeout_seconds "
+                f"({self.policy.timeout_seconds:g} s)"
+            )
+            raise RunFailed(ErrorCode.RUNNER_TIMEOUT, message, limit=LimitHit.TIMEOUT)
+        config = self.repl.config.model_copy(update={"timeout_ms": left_ms})
+        self.repl.config = self.repl.bridge.config = config
 
     # -- steps -------------------------------------------------------------------------------
 
@@ -137,7 +160,7 @@ class SandboxRun:
         )
         if not execution.ok:
             self._fail("collect", execution)
-        return adapter.read_payload(self.repl.get_variable(adapter.RESULT_VARIABLE))
+        return adapter.read_payload(self._value("collect"))
 
     def sql(self, sql: str, names: Sequence[str]) -> TablePayload | FailurePayload:
         request = self.request
@@ -145,7 +168,7 @@ class SandboxRun:
         execution = self._execute("query", cell)
         if not execution.ok:
             self._fail("query", execution)
-        return adapter.read_payload(self.repl.get_variable(adapter.RESULT_VARIABLE))
+        return adapter.read_payload(self._value("query"))
 
     # -- failures ----------------------------------------------------------------------------
 

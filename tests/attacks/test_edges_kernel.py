@@ -154,7 +154,7 @@ def test_user_expressions_are_bounded_and_stop_on_interrupt(own_kernel: RunningK
     "setup",
     [
         "import os\nos.symlink('loop', '/app/loop')",
-        "import os\nos.symlink('/etc/passwd', '/app/outside')",
+        "import os\nos.symlink('../' * 12 + 'etc/passwd', '/app/outside')",
         "import os\nos.mkdir('/app/folder')",
     ],
     ids=["symlink-loop", "symlink-outside", "folder"],
@@ -181,3 +181,24 @@ def test_a_huge_exception_is_capped_on_the_wire_and_in_the_log(own_kernel: Runni
     line = own_kernel.run_log.read_text().splitlines()[-1]
     assert len(line) < 100_000, f"a run-log line of {len(line):,} bytes"
     assert own_kernel.run_ok("1 + 1").result() == "2"
+
+
+def test_context_magic_with_the_guest_memory_full_answers(tmp_path: Path) -> None:
+    root = tmp_path / "full"
+    root.mkdir()
+    (root / "policy.toml").write_text("[policy]\nmemory_bytes = 400_000_000\n")
+    running = start_kernel(root)
+    try:
+        (running.workspace / "big.txt").write_text("x" * 50_000_000)
+        running.run_ok(
+            "hoard = []\ntry:\n    while True:\n        hoard.append(bytearray(4_000_000))\n"
+            "except MemoryError:\n    pass\nlen(hoard) > 10"
+        )
+        execution = running.run("%context big.txt", timeout=60)
+        assert execution.status == "error", execution.describe()
+        assert execution.reply["ename"] == "UsageError"
+        running.run_ok("hoard.clear()")
+        assert running.run_ok("%context big.txt").stream().startswith("context: 50,000,000")
+        assert running.run_ok("len(context)").result() == "50000000"
+    finally:
+        running.shutdown()
