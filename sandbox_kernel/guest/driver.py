@@ -82,6 +82,9 @@ _RICH_REPRS = (
 _CHECK_SOURCE = f"if {FLAG_NAME}[0]: {DRIVER_NAME}.interrupted()"
 # Tokens that can follow a cell's last statement without being part of it.
 _TRIVIA = {tokenize.NEWLINE, tokenize.NL, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT}
+# What the reactor's turns and run_cell themselves use: put back when a cell replaces them.
+_KEPT_BUILTINS = ("__import__", "compile", "exec", "eval", "repr", "isinstance", "len")
+_KEPT_LINECACHE = ("cache", "_interactive_cache", "getline")
 _LONGEST_SLEEP_SECONDS = 9.2e9  # what fits time.sleep's int64 nanoseconds
 _MISSING = object()
 _NO_CTX = object()
@@ -191,6 +194,7 @@ class Driver:
         except BaseException as exc:  # whatever the cell raised, SystemExit too, is its outcome
             status, error = "error", self._error(exc)
         self._flush_figures(shown=value)
+        self.repair()
         _flush_streams()
         reply = {"status": status, "error": error, "result": result}
         reply.update(result_metadata=metadata, displays=self.displays)
@@ -283,6 +287,11 @@ class Driver:
         found = isinstance(name, str) and name in namespace
         value = to_plain(namespace[name]) if found else None
         self.request("value", name=name, found=found, value=value)
+
+    def ping(self) -> None:
+        """Answer the host's health check: this driver still runs and reaches the door."""
+        self.repair()
+        self.request("value", name="__ping__", found=True, value="pong")
 
     def complete(self, code: str, cursor_pos: int) -> None:
         """Send Jupyter's complete_reply content for `code` at `cursor_pos` to the host (no
@@ -451,6 +460,45 @@ class Driver:
                 found.append(hit)
         return found
 
+    # -- the driver's own state ------------------------------------------------------------
+
+    def keep(self) -> None:
+        """Remember what the sandbox needs to run the next cell, to put it back after a cell
+        that replaced it (the memory image is taken after each cell: a broken driver in it
+        would come back with every rollback)."""
+        self._kept = [
+            *((vars(builtins), name, vars(builtins)[name]) for name in _KEPT_BUILTINS),
+            *((vars(linecache), name, vars(linecache).get(name)) for name in _KEPT_LINECACHE),
+            (vars(builtins), DRIVER_NAME, self),
+            (vars(builtins), FLAG_NAME, self.flag),
+            (vars(self.main), DRIVER_NAME, self),
+            (sys.modules, "sandbox_kernel_driver", sys.modules.get("sandbox_kernel_driver")),
+        ]
+        self._methods = {
+            name: value for name, value in vars(Driver).items() if callable(value)
+        }
+
+    def repair(self) -> None:
+        """Put back what keep() remembered, and say so on stderr."""
+        repaired = []
+        for space, name, value in getattr(self, "_kept", ()):
+            if value is not None and space.get(name, _MISSING) is not value:
+                space[name] = value
+                repaired.append(name)
+        for name, value in getattr(self, "_methods", {}).items():
+            if name in vars(self):
+                del vars(self)[name]
+                repaired.append(f"{DRIVER_NAME}.{name}")
+            if vars(Driver).get(name) is not value:
+                setattr(Driver, name, value)
+                repaired.append(f"Driver.{name}")
+        if repaired:
+            print(
+                "[sandbox] this cell replaced what the sandbox needs to run cells ("
+                + ", ".join(repaired) + "): it was put back",
+                file=sys.__stderr__ or sys.stderr,
+            )
+
     # -- install -------------------------------------------------------------------------
 
     def bind(self) -> None:
@@ -481,6 +529,7 @@ class Driver:
         backend = os.environ.get("MPLBACKEND")
         os.environ["MPLBACKEND"] = "Agg"  # before any cell imports matplotlib
         self._undo.append(lambda: _restore_env("MPLBACKEND", backend))
+        self.keep()
         for stream in (sys.stdout, sys.stderr):  # so output streams while a cell runs
             try:
                 buffered = stream.line_buffering

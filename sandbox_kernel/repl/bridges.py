@@ -297,11 +297,27 @@ class Bridge:
         if callback is None:
             return error_answer("RuntimeError", "llm_query is not configured for this session")
         prompts = [str(p) for p in request.get("prompts") or []]
+        # Each prompt is a host call of its own: the batch must fit what is left of the budget.
+        limit = self.config.max_bridge_calls
+        if self.calls - 1 + len(prompts) > limit:
+            return error_answer(
+                "RuntimeError",
+                f"llm_query_batched of {len(prompts):,} prompts would pass the limit of "
+                f"{limit:,} host requests in one execution ({self.calls - 1:,} made)",
+            )
+        self.calls += len(prompts) - 1
 
         def all_answers() -> list[str]:
+            stop = stop_check()  # the execution ended: the prompts not yet sent never are
+
+            def one(prompt: str) -> str:
+                if stop():
+                    raise RuntimeError("the execution ended before this prompt was sent")
+                return callback(prompt)
+
             workers = max(1, min(self.config.llm_concurrency, len(prompts)))
             with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
-                return [str(a) for a in pool.map(callback, prompts)]
+                return [str(a) for a in pool.map(one, prompts)]
 
         return self._answer(all_answers, "llm_query_batched", list)
 

@@ -68,6 +68,11 @@ def _destroy_live_sessions() -> None:
 
 _SETUP_FUEL = 50_000_000_000  # installing the driver and warm-start imports
 _SETUP_TIMEOUT_SECONDS = 300.0
+_REBUILD_NOTE = (
+    "the session could no longer run cells (this cell, or an earlier one, damaged what the "
+    "sandbox needs), so it was rebuilt from scratch: its variables are gone, `context` was "
+    "loaded again, files written under /app were kept"
+)
 _ROLLBACK_NOTE = (
     "the session was rolled back to its state before this execution "
     "(files written under /app were kept)"
@@ -116,6 +121,7 @@ class ReplSandbox:
         self._ending = threading.Lock()  # an execution is marked ended, or hard-stopped, not both
         self._destroyed = False
         self.rollbacks = 0
+        self.rebuilds = 0  # sessions started again because a cell broke the driver
         self._totals = {"executions": 0, "fuel_consumed": 0, "duration_ms": 0.0}
         self.bridge = Bridge(self.config, lambda: self._context)
         _LIVE.add(self)
@@ -242,7 +248,10 @@ class ReplSandbox:
             self._totals["duration_ms"] += outcome.duration_ms
             reply = self.bridge.replies.pop(number, None)
             if outcome.trapped or reply is None:
-                return self._rolled_back(session, outcome, number)
+                execution = self._rolled_back(session, outcome, number)
+                if not outcome.trapped and not self._driver_answers():
+                    return self._rebuilt(outcome, number)
+                return execution
             self._start_capture(session)
             return execution_from_reply(reply, outcome, number)
 
@@ -294,6 +303,28 @@ class ReplSandbox:
         ename = "KeyboardInterrupt" if status is ExecutionStatus.CANCELLED else "SandboxLimitError"
         rolled_back = self._image is not None
         return stopped_execution(status, ename, evalue, outcome, number, rolled_back)
+
+    def _driver_answers(self) -> bool:
+        """After a cell whose driver never reported (and no trap explains it): does the
+        session, rolled back, still answer? A cell can damage what runs cells."""
+        found, value = self._host_call("__ping__", f"{DRIVER_NAME}.ping()")
+        return found and value == "pong"
+
+    def _rebuilt(self, outcome: TurnOutcome, number: int) -> CodeExecution:
+        """Start the session again from scratch (the warm image, then the context) and say so:
+        its variables are gone; files under the workspace are kept."""
+        session = self._session
+        self._session, self._image = None, None
+        if session is not None:
+            session.close()
+        if self._scratch is not None:
+            self._scratch.cleanup()
+            self._scratch = None
+        self.rebuilds += 1
+        self.initialize(self._context)
+        return stopped_execution(
+            ExecutionStatus.ERROR, "SandboxSessionRebuilt", _REBUILD_NOTE, outcome, number
+        )
 
     def _hard_status(self, outcome: TurnOutcome) -> tuple[ExecutionStatus, str]:
         policy, config = self.config.policy, self.config
