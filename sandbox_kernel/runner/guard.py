@@ -13,7 +13,15 @@ so the same code and lists always give the same report. Rules:
   except harmless ones such as `__name__`; also in class patterns (`case C(__class__=x)`)
   and in any str that could be a str.format template (`"{0.__class__}"`);
 - getattr, setattr, delattr and hasattr except when called directly with a literal,
-  non-dunder name (a computed name could reach anything).
+  non-dunder name (a computed name could reach anything);
+- attribute chains that leave the public API: an attribute named as a blocked module or
+  builtin (`pd.core.common.builtins.open`), as a library's internal namespace (`core`,
+  `common`, `compat`, `_libs`, ...) or module re-export (`builtins`, `Path`), or private
+  (`_x`): allowed modules re-export what is blocked, so their insides are out of bounds;
+- APIs that evaluate a string as code (`df.query`, `df.eval`, `pd.eval`) and that unpickle
+  (`pd.read_pickle`, `allow_pickle=` anything but False);
+- `.format(...)` and `.format_map(...)` on anything but a str literal, and `str.format`
+  (a template built at run time could reach any attribute).
 
 This is a policy layer, not the boundary: the WebAssembly sandbox still contains whatever
 passes. Code the host's Python cannot parse (a syntax error, or syntax newer than the
@@ -37,6 +45,7 @@ from sandbox_kernel.runner.errors import GuardConfigError
 
 __all__ = [
     "DEFAULT_ALLOWED_IMPORTS",
+    "DEFAULT_BLOCKED_ATTRIBUTES",
     "DEFAULT_BLOCKED_BUILTINS",
     "DEFAULT_BLOCKED_MODULES",
     "GuardConfig",
@@ -71,6 +80,23 @@ DEFAULT_BLOCKED_BUILTINS: Final = (
     "vars",
 )
 DEFAULT_ALLOWED_DUNDERS: Final = ("__name__", "__qualname__", "__doc__")
+# Attributes no guarded code needs: string evaluators, unpicklers, libraries' internal
+# namespaces and the stdlib they re-export (pandas.io.common imports os, pathlib, builtins).
+DEFAULT_BLOCKED_ATTRIBUTES: Final = (
+    "eval",
+    "query",
+    "read_pickle",
+    "builtins",
+    "core",
+    "common",
+    "compat",
+    "util",
+    "testing",
+    "Path",
+    "pickle",
+    "marshal",
+)
+_FORMAT_METHODS: Final = frozenset({"format", "format_map"})
 _ATTRIBUTE_FUNCTIONS: Final = frozenset({"getattr", "setattr", "delattr", "hasattr"})
 # A str.format replacement field that reaches a dunder: "{0.__class__}", "{x[__y__]}".
 _FORMAT_DUNDER: Final = re.compile(r"\{[^{}]*?(__\w+__)[^{}]*\}")
@@ -112,6 +138,12 @@ class GuardConfig(BaseModel):
     """Refuse every other dunder name and attribute."""
     block_computed_attributes: bool = True
     """Refuse getattr/setattr/delattr/hasattr unless called with a literal, non-dunder name."""
+    blocked_attributes: _Names = DEFAULT_BLOCKED_ATTRIBUTES
+    """Attribute names refused wherever they appear (besides blocked modules and builtins)."""
+    block_private_attributes: bool = True
+    """Refuse attributes starting with one underscore (a library's private parts)."""
+    block_runtime_formats: bool = True
+    """Refuse str.format templates that are not str literals, and allow_pickle= not False."""
 
     @model_validator(mode="after")
     def _apart(self) -> Self:
@@ -169,6 +201,8 @@ class Rule(StrEnum):
     BLOCKED_BUILTIN = "blocked_builtin"
     DUNDER = "dunder"
     COMPUTED_ATTRIBUTE = "computed_attribute"
+    BLOCKED_ATTRIBUTE = "blocked_attribute"
+    RUNTIME_FORMAT = "runtime_format"
 
 
 class Violation(BaseModel):
@@ -285,15 +319,41 @@ class _Checker(ast.NodeVisitor):
             self._flag(node, Rule.COMPUTED_ATTRIBUTE, name, message)
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
-        attr = node.attr
-        if attr in self.config.blocked_modules:
+        attr, config = node.attr, self.config
+        if attr in config.blocked_modules:
             message = f"attribute {attr!r} reaches a blocked module"
             self._flag(node, Rule.BLOCKED_MODULE, attr, message)
-        elif self.config.is_dunder(attr):
+        elif config.is_dunder(attr):
             self._flag(node, Rule.DUNDER, attr, f"the attribute {attr!r} is not allowed")
+        elif attr in config.blocked_builtins:
+            message = f"the attribute {attr!r} names a blocked builtin"
+            self._flag(node, Rule.BLOCKED_BUILTIN, attr, message)
+        elif attr in config.blocked_attributes or (
+            config.block_private_attributes and attr.startswith("_") and not attr.startswith("__")
+        ):
+            message = f"the attribute {attr!r} is not allowed (internals, eval or unpickling)"
+            self._flag(node, Rule.BLOCKED_ATTRIBUTE, attr, message)
         self.generic_visit(node)
 
+    def _check_runtime_format(self, node: ast.Call) -> None:
+        """`template.format(...)` on a template built at run time; `allow_pickle=...`."""
+        if not self.config.block_runtime_formats:
+            return
+        func = node.func
+        if isinstance(func, ast.Attribute) and func.attr in _FORMAT_METHODS:
+            literal = isinstance(func.value, ast.Constant) and isinstance(func.value.value, str)
+            if not literal:
+                message = f".{func.attr}() of a template that is not a str literal is not allowed"
+                self._flag(func, Rule.RUNTIME_FORMAT, func.attr, message)
+        for keyword in node.keywords:
+            if keyword.arg == "allow_pickle" and not (
+                isinstance(keyword.value, ast.Constant) and keyword.value.value is False
+            ):
+                message = "allow_pickle= anything but False is not allowed (unpickling)"
+                self._flag(keyword.value, Rule.BLOCKED_ATTRIBUTE, "allow_pickle", message)
+
     def visit_Call(self, node: ast.Call) -> None:
+        self._check_runtime_format(node)
         func = node.func
         if isinstance(func, ast.Name) and func.id in _ATTRIBUTE_FUNCTIONS:
             self._check_name(func, func.id, called=True)

@@ -34,6 +34,9 @@ PERMISSIVE_GUARD = GuardConfig(
     blocked_builtins=(),
     block_dunders=False,
     block_computed_attributes=False,
+    blocked_attributes=(),
+    block_private_attributes=False,
+    block_runtime_formats=False,
 )
 
 

@@ -31,7 +31,11 @@ from sandbox_kernel.runner.guard import Rule, load_guard_config
         "result = '{0} and {1}'.format(1, 2)",
         "result = f'{len(orders)} orders'",
         "try:\n    result = 1 / 0\nexcept ZeroDivisionError:\n    result = None",
-        "result = orders.query('quantity > 2')",
+        "result = orders[orders['quantity'] > 2]",
+        "import numpy as np\nresult = np.random.default_rng(0).normal(size=3).tolist()",
+        "import pandas as pd\nresult = pd.api.types.is_numeric_dtype(orders['quantity'])",
+        "result = orders.groupby('product').agg(total=('quantity', 'sum'))",
+        "import numpy as np\nresult = np.load('/data/x.npy', allow_pickle=False)",
     ],
     ids=[
         "pandas",
@@ -47,7 +51,11 @@ from sandbox_kernel.runner.guard import Rule, load_guard_config
         "format-plain",
         "f-string",
         "try-except",
-        "pandas-query",
+        "pandas-filter",
+        "numpy-random",
+        "pandas-api-types",
+        "groupby-agg",
+        "numpy-load-no-pickle",
     ],
 )
 def test_analysis_code_is_allowed(code: str) -> None:
