@@ -474,9 +474,7 @@ class Driver:
             (vars(self.main), DRIVER_NAME, self),
             (sys.modules, "sandbox_kernel_driver", sys.modules.get("sandbox_kernel_driver")),
         ]
-        self._methods = {
-            name: value for name, value in vars(Driver).items() if callable(value)
-        }
+        self._methods = {name: value for name, value in vars(Driver).items() if callable(value)}
 
     def repair(self) -> None:
         """Put back what keep() remembered, and say so on stderr."""
@@ -495,7 +493,8 @@ class Driver:
         if repaired:
             print(
                 "[sandbox] this cell replaced what the sandbox needs to run cells ("
-                + ", ".join(repaired) + "): it was put back",
+                + ", ".join(repaired)
+                + "): it was put back",
                 file=sys.__stderr__ or sys.stderr,
             )
 
