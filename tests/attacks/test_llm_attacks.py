@@ -82,7 +82,10 @@ def test_a_forged_auth_header_cannot_be_made_by_the_guest(
 def test_a_flood_of_batched_prompts_stops_at_the_budget(
     keyed: ReplSandbox, model_server: ModelServer
 ) -> None:
-    failed = keyed.execute("llm_query_batched(['spam'] * 5000)")
+    refused = keyed.execute("llm_query_batched(['spam'] * 5000)")  # past the call budget
+    assert refused.ename == "RuntimeError" and "would pass the limit" in (refused.evalue or "")
+    assert len(model_server.requests) == 0
+    failed = keyed.execute("llm_query_batched(['spam'] * 900)")  # within it: the model budget
     assert failed.ename == "RuntimeError" and "LLMBudgetExceeded" in (failed.evalue or "")
     assert len(model_server.requests) == 20
     assert plain(run_ok(keyed, "'still here'")) == "'still here'"

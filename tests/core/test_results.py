@@ -65,6 +65,8 @@ def test_defaults() -> None:
         "stderr": "",
         "exit_code": None,
         "fuel_consumed": 0,
+        "startup_fuel": 0,
+        "user_fuel": 0,
         "memory_used_bytes": 0,
         "duration_ms": 0.0,
         "files_created": [],
