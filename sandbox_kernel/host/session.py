@@ -208,7 +208,10 @@ class GuestSession:
             store.set_fuel(2**62)  # instantiation itself; each turn sets its own budget
         store.set_epoch_deadline(2**62)
         door = self._door if self._handler is not None else None
+        previous = getattr(self, "_guard", None)
         self._guard = RunGuard(self.config.guard, None, cancel=threading.Event(), door=door)
+        if previous is not None:  # files outlive a rollback: so does what they count
+            self._guard.bytes_written = previous.bytes_written
         with guarding(self._guard):
             self._instance = instantiate_guarded(store, self.handle, self.module, self._guard)
         self._store = store

@@ -6,9 +6,12 @@ created instantly; a blocking `poll_oneoff` (every `time.sleep`) cannot be inter
 epoch deadline. So these calls are shadowed:
 
     path_open, fd_close, fd_renumber   count open files against `max_open_files`
-    fd_write, fd_pwrite,               bound any file's size by `max_file_bytes` and how much a
-    fd_filestat_set_size               run may grow files by `workspace_max_bytes` (a sparse
-                                       file's gap counts: it is growth the host may pay for)
+    fd_write, fd_pwrite,               bound any file's size by `max_file_bytes`, and what the
+    fd_filestat_set_size               guest adds to its writable folders (/app, /tmp) over a
+    path_create_directory,             whole session by `workspace_max_bytes`: file growth (a
+    path_symlink, path_link,           sparse file's gap counts: it is growth the host may pay
+    path_unlink_file,                  for), 4 KiB per folder or link; removals and truncates
+    path_remove_directory              give back what they free
     (fd_seek is wasmtime's own: a seek grows nothing, and reads past a cap must work)
     poll_oneoff                        sleeps in slices that end at the run's deadline or cancel
 
@@ -55,10 +58,27 @@ SIGNATURES: dict[str, tuple[str, ...]] = {
     "fd_write": ("i32", "i32", "i32", "i32"),
     "fd_pwrite": ("i32", "i32", "i32", "i64", "i32"),
     "fd_filestat_set_size": ("i32", "i64"),
+    "path_create_directory": ("i32", "i32", "i32"),
+    "path_remove_directory": ("i32", "i32", "i32"),
+    "path_unlink_file": ("i32", "i32", "i32"),
+    "path_symlink": ("i32", "i32", "i32", "i32", "i32"),
+    "path_link": ("i32", "i32", "i32", "i32", "i32", "i32", "i32"),
     "poll_oneoff": ("i32", "i32", "i32", "i32"),
 }
 FORWARDED = tuple(name for name in SIGNATURES if name != "poll_oneoff")
-PRIVATE = ("fd_tell", "fd_filestat_get")
+# The guard's own questions, each with its parameters (answers land in its private memory).
+PRIVATE_SIGNATURES: dict[str, tuple[str, ...]] = {
+    "fd_tell": ("i32", "i32"),
+    "fd_filestat_get": ("i32", "i32"),
+    "path_filestat_get": ("i32", "i32", "i32", "i32", "i32"),
+}
+PRIVATE = tuple(PRIVATE_SIGNATURES)
+FILESTAT_TYPE_OFFSET, FILESTAT_NLINK_OFFSET = 16, 24
+REGULAR_FILE = 4  # WASI filetype
+# What a folder or a link costs the workspace quota: a block of the host's disk each.
+ENTRY_COST_BYTES = 4096
+_PATH_SCRATCH = 256  # where a path is copied in the private memory
+MAX_PATH_BYTES = 4096
 FILESTAT_SIZE_OFFSET = 32  # filestat: dev, ino, filetype(+pad), nlink, size, atim, mtim, ctim
 
 
@@ -78,7 +98,7 @@ class RunGuard:
     cancel: threading.Event | None = None
     origin_ns: int = field(default_factory=time.monotonic_ns)  # the guest's monotonic zero
     open_fds: set[int] = field(default_factory=set)
-    bytes_written: int = 0
+    bytes_written: int = 0  # what the guest added to writable folders, less what it removed
     refusals: list[tuple[str, str]] = field(default_factory=list)  # (kind, detail)
     door: Callable[[bytes], bytes] | None = None  # answers the guest's door requests
     stop_reason: str | None = None  # "timeout" or "cancelled" once a wait stopped the guest
@@ -88,9 +108,9 @@ class RunGuard:
     _private_memory: Any = None
 
     def begin(self, deadline: float | None) -> None:
-        """Start a new turn of a persistent guest: per-turn budgets reset, open files kept."""
+        """Start a new turn of a persistent guest: its deadline and refusals are new; open
+        files and the workspace quota (bytes_written) hold for the whole session."""
         self.deadline = deadline
-        self.bytes_written = 0
         self.refusals = []
         self.stop_reason = None
         if self.cancel is not None:
@@ -147,6 +167,25 @@ class RunGuard:
         """How long the file behind `fd` is now."""
         return self._ask(caller, "fd_filestat_get", fd, FILESTAT_SIZE_OFFSET)
 
+    def unique_file_size(self, caller: Any, fd: int, path_ptr: int, path_len: int) -> int:
+        """The size of the regular file at `path` (under `fd`, links not followed) if it has
+        one name only: what removing it frees. 0 for anything else or when WASI refused."""
+        stat_call = self._forwards.get("path_filestat_get")
+        path_ptr, path_len = path_ptr & MASK32, path_len & MASK32
+        if stat_call is None or path_len > MAX_PATH_BYTES:
+            return 0
+        path = bytes(caller["memory"].read(caller, path_ptr, path_ptr + path_len))
+        self._private_memory.write(caller, path, _PATH_SCRATCH)
+        if int(stat_call(caller, fd, 0, _PATH_SCRATCH, path_len, 0)):
+            return 0
+        raw = bytes(self._private_memory.read(caller, 0, 64))
+        kind, links = (
+            raw[FILESTAT_TYPE_OFFSET],
+            struct.unpack_from("<Q", raw, FILESTAT_NLINK_OFFSET)[0],
+        )
+        size = struct.unpack_from("<Q", raw, FILESTAT_SIZE_OFFSET)[0]
+        return int(size) if kind == REGULAR_FILE and links == 1 else 0
+
 
 _LOCAL = threading.local()
 
@@ -190,7 +229,7 @@ def private_trampoline_wat() -> str:
 
 
 def _params(name: str) -> tuple[str, ...]:
-    return ("i32", "i32") if name in PRIVATE else SIGNATURES[name]
+    return PRIVATE_SIGNATURES[name] if name in PRIVATE else SIGNATURES[name]
 
 
 def _sig(name: str) -> str:
@@ -270,11 +309,53 @@ def _grow(guard: RunGuard, caller: Any, fd: int, end: int) -> int | None:
         return _too_big(guard, end, fd)
     size = guard.file_size(caller, fd)
     growth = max(0, end - size) if size is not None else 0
+    return _charge(guard, growth)
+
+
+def _charge(guard: RunGuard, growth: int) -> int | None:
+    """EDQUOT when `growth` more bytes would pass the session's workspace quota; else count."""
     if guard.bytes_written + growth > guard.limits.workspace_max_bytes:
-        detail = f"files would grow by {guard.bytes_written + growth:,} bytes this run"
+        total, quota = guard.bytes_written + growth, guard.limits.workspace_max_bytes
+        detail = f"the workspace would grow by {total:,} bytes (quota {quota:,})"
         return guard.refuse("file_size", detail, EDQUOT)
     guard.bytes_written += growth
     return None
+
+
+def _credit(guard: RunGuard, freed: int) -> None:
+    """What a removal gave back (never below zero: removing files the guest did not add makes
+    no room past the quota)."""
+    guard.bytes_written = max(0, guard.bytes_written - freed)
+
+
+def _path_entry(name: str) -> Callable[..., int]:
+    """path_create_directory, path_symlink, path_link: a new entry costs ENTRY_COST_BYTES."""
+
+    def rule(guard: RunGuard, caller: Any, *args: int) -> int:
+        refused = _charge(guard, ENTRY_COST_BYTES)
+        if refused is not None:
+            return refused
+        errno = guard.forward(caller, name, *args)
+        if errno:
+            _credit(guard, ENTRY_COST_BYTES)
+        return errno
+
+    return rule
+
+
+def _path_remove_directory(guard: RunGuard, caller: Any, fd: int, ptr: int, length: int) -> int:
+    errno = guard.forward(caller, "path_remove_directory", fd, ptr, length)
+    if errno == 0:
+        _credit(guard, ENTRY_COST_BYTES)
+    return errno
+
+
+def _path_unlink_file(guard: RunGuard, caller: Any, fd: int, ptr: int, length: int) -> int:
+    freed = guard.unique_file_size(caller, fd, ptr, length)
+    errno = guard.forward(caller, "path_unlink_file", fd, ptr, length)
+    if errno == 0:
+        _credit(guard, freed or ENTRY_COST_BYTES)  # a link, or a file of other names
+    return errno
 
 
 def _fd_write(guard: RunGuard, caller: Any, fd: int, iovs: int, count: int, out: int) -> int:
@@ -297,10 +378,14 @@ def _fd_pwrite(
 
 
 def _fd_filestat_set_size(guard: RunGuard, caller: Any, fd: int, size: int) -> int:
+    before = guard.file_size(caller, fd)
     refused = _grow(guard, caller, fd, size)
     if refused is not None:
         return refused
-    return guard.forward(caller, "fd_filestat_set_size", fd, size)
+    errno = guard.forward(caller, "fd_filestat_set_size", fd, size)
+    if errno == 0 and before is not None and size < before:
+        _credit(guard, before - size)  # a truncate gives back what it cut
+    return errno
 
 
 def _poll_oneoff(
@@ -356,5 +441,10 @@ _RULES: dict[str, Callable[..., int]] = {
     "fd_write": _fd_write,
     "fd_pwrite": _fd_pwrite,
     "fd_filestat_set_size": _fd_filestat_set_size,
+    "path_create_directory": _path_entry("path_create_directory"),
+    "path_symlink": _path_entry("path_symlink"),
+    "path_link": _path_entry("path_link"),
+    "path_remove_directory": _path_remove_directory,
+    "path_unlink_file": _path_unlink_file,
     "poll_oneoff": _poll_oneoff,
 }

@@ -45,16 +45,23 @@ class Snapshot:
     complete: bool  # False when MAX_ENTRIES cut the listing
 
 
-def snapshot(root: Path, exclude: frozenset[str] = frozenset()) -> Snapshot:
-    """Every non-directory under `root`, by relative path, links not followed."""
+def snapshot(
+    root: Path, exclude: frozenset[str] = frozenset(), limit: int | None = None
+) -> Snapshot:
+    """Every non-directory under `root`, by relative path, links not followed; at most `limit`
+    (default MAX_ENTRIES) items looked at, folders included (20,000 empty folders cost a walk
+    too)."""
+    limit = MAX_ENTRIES if limit is None else limit
     entries: dict[str, Entry] = {}
     pending = [root]
+    seen = 0
     while pending:
         folder = pending.pop()
         try:
             with os.scandir(folder) as listing:
                 for item in listing:
-                    if len(entries) >= MAX_ENTRIES:
+                    seen += 1
+                    if seen > limit:
                         return Snapshot(entries, complete=False)
                     st = item.stat(follow_symlinks=False)
                     rel = Path(item.path).relative_to(root).as_posix()

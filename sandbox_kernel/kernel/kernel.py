@@ -35,6 +35,9 @@ from sandbox_kernel.repl.sandbox import ReplSandbox
 __all__ = ["SandboxKernel"]
 
 GUEST_PYTHON = "3.15"
+# The run log's per-cell listing of the workspace looks at this many entries at most (a cell
+# could make hundreds of thousands of folders; listing them twice per cell would cost seconds).
+LISTING_LIMIT = 10_000
 _EXIT_WORDS = frozenset({"exit", "quit", "exit()", "quit()"})
 _ASK_EXIT = {"source": "ask_exit", "keepkernel": False}
 
@@ -261,12 +264,13 @@ class SandboxKernel(Kernel):
             return self._magic_reply(plan.reply, count, silent)
         self._silent = silent
         self._removed = []
-        before = snapshot(self.settings.workspace)
+        before = snapshot(self.settings.workspace, limit=LISTING_LIMIT)
         try:
             execution = await asyncio.to_thread(self._run, plan.code, silent)
         finally:
             self._silent = False
-        created, modified = diff(before, snapshot(self.settings.workspace))
+        after = snapshot(self.settings.workspace, limit=LISTING_LIMIT)
+        created, modified = diff(before, after)
         if store_history and not silent:
             self._history.append((0, count, code))
         expressions = await asyncio.to_thread(self._user_expressions, user_expressions or {})
@@ -276,6 +280,7 @@ class SandboxKernel(Kernel):
             execution,
             files_created=created,
             files_modified=modified,
+            files_listed=before.complete and after.complete,
             outputs_removed=list(self._removed),
         )
         return reply

@@ -134,3 +134,60 @@ def test_a_session_that_cannot_run_cells_is_rebuilt_and_says_so(make: Any) -> No
     assert repl.execute("earlier").ename == "NameError"  # said plainly, and true
     assert repl.execute("context").result == {"text/plain": "'the context'"}
     assert repl.execute("1 + 1").result == {"text/plain": "2"}
+
+
+# -- 4. the workspace quota holds for the session --------------------------------------------
+
+QUOTA = 20_000_000
+
+
+def used_bytes(folder: Path) -> int:
+    return sum(
+        entry.lstat().st_size + (4096 if entry.is_dir() else 0) for entry in folder.rglob("*")
+    )
+
+
+def test_the_quota_holds_across_executions(make: Any, workspace: Path) -> None:
+    repl = make({"workspace_max_bytes": QUOTA})
+    results = [
+        repl.execute(f"open('/app/big{i}.bin', 'wb').write(b'x' * 6_000_000)") for i in range(4)
+    ]
+    assert [r.ok for r in results] == [True, True, True, False]
+    assert "Errno 19" in (results[3].evalue or "") or "quota" in (results[3].evalue or "")
+    assert used_bytes(workspace) <= QUOTA
+
+
+def test_folders_and_links_count_against_the_quota(make: Any, workspace: Path) -> None:
+    repl = make({"workspace_max_bytes": QUOTA})
+    result = repl.execute(
+        "import os\nmade = 0\ntry:\n    for i in range(20_000):\n"
+        "        os.mkdir(f'/app/d{i}')\n        made += 1\nexcept OSError as e:\n"
+        "    error = str(e)\nmade"
+    )
+    made = int(result.result["text/plain"])  # type: ignore[index]
+    assert made <= QUOTA // 4096, f"{made} folders under a {QUOTA:,}-byte quota"
+    links = repl.execute(
+        "import os\nlinks = 0\ntry:\n    for i in range(20_000):\n"
+        "        os.symlink('d0', f'/app/l{i}')\n        links += 1\n"
+        "except OSError:\n    pass\nlinks"
+    )
+    assert links.result == {"text/plain": "0"}  # the quota is spent already
+
+
+def test_scratch_counts_and_a_rollback_does_not_reset_the_quota(make: Any) -> None:
+    repl = make({"workspace_max_bytes": QUOTA}, timeout_ms=3_000)
+    assert repl.execute("open('/tmp/a.bin', 'wb').write(b'x' * 12_000_000)").ok
+    assert repl.execute("while True: pass").rolled_back
+    more = repl.execute("open('/app/b.bin', 'wb').write(b'x' * 12_000_000)")
+    assert not more.ok, "the quota forgot /tmp, or reset at the rollback"
+
+
+def test_removing_files_gives_the_quota_back(make: Any) -> None:
+    repl = make({"workspace_max_bytes": QUOTA})
+    for _ in range(5):
+        result = repl.execute(
+            "import os\nopen('/app/churn.bin', 'wb').write(b'x' * 15_000_000)\n"
+            "os.remove('/app/churn.bin')"
+        )
+        assert result.ok, result.error
+    assert repl.execute("earlier").result == {"text/plain": "'kept'"}

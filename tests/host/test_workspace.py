@@ -157,3 +157,11 @@ def test_remove_tree_of_a_link_removes_only_the_link(tmp_path: Path, outside: Pa
 
 def test_remove_tree_of_nothing_is_quiet(tmp_path: Path) -> None:
     remove_tree(tmp_path / "absent")
+
+
+def test_a_listing_counts_folders_against_its_limit(tmp_path: Path) -> None:
+    """20,000 empty folders hold no file, yet walking them costs: the limit counts them."""
+    for i in range(300):
+        (tmp_path / f"d{i}").mkdir()
+    assert snapshot(tmp_path, limit=100).complete is False
+    assert snapshot(tmp_path, limit=1_000).complete is True
