@@ -48,6 +48,7 @@ import wasmtime
 from sandbox_kernel.core.results import LimitKind
 from sandbox_kernel.host import python_abi
 from sandbox_kernel.host.artifacts import PythonImage
+from sandbox_kernel.host.descriptors import SavedFile, reopen, saved_files
 from sandbox_kernel.host.engine import EngineHandle, private_engine
 from sandbox_kernel.host.guest_run import (
     classify_trap,
@@ -126,6 +127,7 @@ class MemoryImage:
 
     data: bytes | mmap.mmap
     flag_address: int | None  # the soft-interrupt flag byte, where the driver put it
+    files: tuple[SavedFile, ...] = ()  # the guest's open files then (descriptors.py)
 
 
 def image_buffer(size: int) -> mmap.mmap:
@@ -375,7 +377,7 @@ class GuestSession:
         with _address_of(buffer) as address:
             ctypes.memmove(address, self._base, size)
         self.last_capture_bytes = size
-        return self._rebase(MemoryImage(buffer, self.flag_address))
+        return self._rebase(MemoryImage(buffer, self.flag_address, self._open_files()))
 
     def _patch(self, image: MemoryImage, runs: list[tuple[int, int]]) -> MemoryImage:
         """Copy the written `runs` into `image`'s buffer."""
@@ -385,9 +387,10 @@ class GuestSession:
             for offset, length in runs:
                 ctypes.memmove(address + offset, self._base + offset, length)
         self.last_capture_bytes = sum(length for _, length in runs)
-        if image.flag_address != self.flag_address:
-            image = MemoryImage(buffer, self.flag_address)
-        return self._rebase(image)
+        return self._rebase(MemoryImage(buffer, self.flag_address, self._open_files()))
+
+    def _open_files(self) -> tuple[SavedFile, ...]:
+        return saved_files(self._guard, self._store) if self._store is not None else ()
 
     def _rebase(self, image: MemoryImage) -> MemoryImage:
         self._baseline = image if self._watch is not None else None
@@ -435,5 +438,7 @@ class GuestSession:
         else:
             ctypes.memmove(self._base, source, len(source))
         self.flag_address = image.flag_address
+        store, _ = self._live()
+        reopen(self._guard, store, image.files)  # what the memory refers to by number
         self._rewatch(self.memory_bytes())
         self._rebase(image)

@@ -39,6 +39,8 @@ from typing import Any
 
 import wasmtime
 
+from sandbox_kernel.host.descriptors import OpenFile, read_open
+
 __all__ = ["FORWARDED", "SIGNATURES", "GuardLimits", "RunGuard", "active_guard", "guarding"]
 
 # WASI preview1 errno values.
@@ -71,6 +73,11 @@ PRIVATE_SIGNATURES: dict[str, tuple[str, ...]] = {
     "fd_tell": ("i32", "i32"),
     "fd_filestat_get": ("i32", "i32"),
     "path_filestat_get": ("i32", "i32", "i32", "i32", "i32"),
+    # opening the guest's files again after a rollback (descriptors.py)
+    "path_open": ("i32", "i32", "i32", "i32", "i32", "i64", "i64", "i32", "i32"),
+    "fd_renumber": ("i32", "i32"),
+    "fd_seek": ("i32", "i64", "i32", "i32"),
+    "fd_close": ("i32",),
 }
 PRIVATE = tuple(PRIVATE_SIGNATURES)
 FILESTAT_TYPE_OFFSET, FILESTAT_NLINK_OFFSET = 16, 24
@@ -98,6 +105,7 @@ class RunGuard:
     cancel: threading.Event | None = None
     origin_ns: int = field(default_factory=time.monotonic_ns)  # the guest's monotonic zero
     open_fds: set[int] = field(default_factory=set)
+    files: dict[int, OpenFile] = field(default_factory=dict)  # what opened each (descriptors.py)
     bytes_written: int = 0  # what the guest added to writable folders, less what it removed
     refusals: list[tuple[str, str]] = field(default_factory=list)  # (kind, detail)
     door: Callable[[bytes], bytes] | None = None  # answers the guest's door requests
@@ -105,6 +113,7 @@ class RunGuard:
     fuel_left_at_start: int | None = None  # fuel left when the user's script began (one-shot)
     fuel_left_at_end: int | None = None  # ... and when it ended
     _forwards: dict[str, Any] = field(default_factory=dict)
+    _private: dict[str, Any] = field(default_factory=dict)
     _private_memory: Any = None
 
     def begin(self, deadline: float | None) -> None:
@@ -142,9 +151,19 @@ class RunGuard:
             plain.get(store, "wasi_snapshot_preview1", n) for n in PRIVATE
         ]
         private = wasmtime.Instance(store, private_module, private_imports).exports(store)
-        for name in PRIVATE:
-            self._forwards[name] = private[name]
+        self._private = {name: private[name] for name in PRIVATE}
         self._private_memory = private["memory"]
+
+    @property
+    def private_memory(self) -> Any:
+        return self._private_memory
+
+    def private(self, store: Any, name: str, *args: int) -> int:
+        """Call WASI's `name` for the guard itself, its pointers in the private memory."""
+        func = self._private.get(name)
+        if func is None:
+            return EBADF
+        return int(func(store, *args))
 
     def forward(self, caller: Any, name: str, *args: int) -> int:
         func = self._forwards.get(name)
@@ -154,7 +173,7 @@ class RunGuard:
 
     def _ask(self, caller: Any, name: str, fd: int, offset: int) -> int | None:
         """A u64 answer to a private question about `fd`, or None when WASI refused it."""
-        if self._forwards.get(name) is None or self.forward(caller, name, fd, 0):
+        if self._private.get(name) is None or self.private(caller, name, fd, 0):
             return None
         raw = self._private_memory.read(caller, offset, offset + 8)
         return int(struct.unpack("<Q", bytes(raw))[0])
@@ -170,7 +189,7 @@ class RunGuard:
     def unique_file_size(self, caller: Any, fd: int, path_ptr: int, path_len: int) -> int:
         """The size of the regular file at `path` (under `fd`, links not followed) if it has
         one name only: what removing it frees. 0 for anything else or when WASI refused."""
-        stat_call = self._forwards.get("path_filestat_get")
+        stat_call = self._private.get("path_filestat_get")
         path_ptr, path_len = path_ptr & MASK32, path_len & MASK32
         if stat_call is None or path_len > MAX_PATH_BYTES:
             return 0
@@ -265,9 +284,11 @@ def _path_open(guard: RunGuard, caller: Any, *args: int) -> int:
         return guard.refuse("open_files", detail, EMFILE)
     errno = guard.forward(caller, "path_open", *args)
     if errno == 0:
-        fd_ptr = args[-1] & MASK32
-        raw = caller["memory"].read(caller, fd_ptr, fd_ptr + 4)
-        guard.open_fds.add(struct.unpack("<I", bytes(raw))[0])
+        opened = read_open(caller, args)
+        if opened is not None:
+            fd, record = opened
+            guard.open_fds.add(fd)
+            guard.files[fd] = record
     return errno
 
 
@@ -275,6 +296,7 @@ def _fd_close(guard: RunGuard, caller: Any, fd: int) -> int:
     errno = guard.forward(caller, "fd_close", fd)
     if errno == 0:
         guard.open_fds.discard(fd)
+        guard.files.pop(fd, None)
     return errno
 
 
@@ -285,6 +307,11 @@ def _fd_renumber(guard: RunGuard, caller: Any, source: int, target: int) -> int:
     if errno == 0 and source in guard.open_fds:
         guard.open_fds.discard(source)
         guard.open_fds.add(target)
+    if errno == 0:
+        moved = guard.files.pop(source, None)
+        guard.files.pop(target, None)
+        if moved is not None:
+            guard.files[target] = moved
     return errno
 
 

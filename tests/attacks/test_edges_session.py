@@ -191,3 +191,42 @@ def test_removing_files_gives_the_quota_back(make: Any) -> None:
         )
         assert result.ok, result.error
     assert repl.execute("earlier").result == {"text/plain": "'kept'"}
+
+
+# -- 11. descriptors across a rollback --------------------------------------------------------
+
+
+def test_files_opened_earlier_survive_a_rollback(make: Any) -> None:
+    repl = make({"timeout_seconds": 3}, timeout_ms=3_000)
+    assert repl.execute(
+        "open('/app/data.txt', 'w').write('one\\ntwo\\nthree\\n')\n"
+        "reader = open('/app/data.txt')\nfirst = reader.readline()\n"
+        "log = open('/app/log.txt', 'a')\nlog.write('a\\n'); log.flush()"
+    ).ok
+    assert repl.execute("while True: pass").rolled_back
+    after = repl.execute("log.write('b\\n'); log.flush()\nreader.readline()")
+    assert after.ok, after.error
+    assert after.result == {"text/plain": "'two\\n'"}  # the cursor came back too
+    assert repl.execute("open('/app/log.txt').read()").result == {"text/plain": "'a\\nb\\n'"}
+
+
+def test_figures_with_text_still_render_after_a_rollback(make: Any) -> None:
+    """matplotlib keeps its font files open: before, every later figure was dropped."""
+    repl = make({"timeout_seconds": 5, "memory_bytes": 1_000_000_000}, timeout_ms=5_000)
+    first = repl.execute("import matplotlib.pyplot as plt\nplt.plot([1, 2]); plt.title('one');")
+    assert first.ok and len(first.displays) == 1
+    assert repl.execute("while True: pass").rolled_back
+    again = repl.execute("plt.plot([2, 1]); plt.title('two');")
+    assert again.ok, again.error
+    assert len(again.displays) == 1 and "image/png" in again.displays[0]["data"]
+    assert "Exception ignored" not in again.stderr and "Bad file descriptor" not in again.stderr
+
+
+def test_a_file_removed_before_the_rollback_stays_closed(make: Any, workspace: Path) -> None:
+    repl = make({"timeout_seconds": 3}, timeout_ms=3_000)
+    assert repl.execute("open('/app/gone.txt', 'w').write('x')\nkeep = open('/app/gone.txt')").ok
+    (workspace / "gone.txt").unlink()
+    assert repl.execute("while True: pass").rolled_back
+    read = repl.execute("keep.read()")
+    assert read.ename == "OSError" and "Bad file descriptor" in (read.evalue or "")
+    assert repl.execute("earlier").result == {"text/plain": "'kept'"}
