@@ -143,8 +143,21 @@ class ReplSandbox:
             if self._session is None:
                 self._start()
             self._context = context
-            self._setup_turn(f"{DRIVER_NAME}.load_context()", context=True)
+            self._load_context()
             self._image = self._session_or_fail().capture(into=self._image)
+
+    def _load_context(self) -> None:
+        """Bind `context` in the guest. Guest code takes part (the guest's json), so this runs
+        as our other calls into the guest do; a failure leaves the session as it was."""
+        session = self._session_or_fail()
+        outcome = self._bounded_turn(f"{DRIVER_NAME}.load_context()", context=True)
+        if outcome.trapped:
+            execution = self._rolled_back(session, outcome, self._count)
+            raise SandboxExecutionError(f"the context could not be loaded: {execution.evalue}")
+        if outcome.status != 0:
+            detail = outcome.stderr.text().strip().splitlines()
+            reason = detail[-1] if detail else f"status {outcome.status}"
+            raise SandboxExecutionError(f"the context could not be loaded: {reason}")
 
     def _start(self) -> None:
         policy = self.config.policy
@@ -430,26 +443,32 @@ class ReplSandbox:
             if self._session is None:
                 self.initialize()
             session = self._session_or_fail()
-            self._join_capture()
-            timeout = self.config.timeout_ms / 1000
-            limits = TurnLimits(self.config.policy.fuel_budget, timeout, 64 * 1024, 64 * 1024)
-            self.bridge.begin(timeout)
-            self.bridge.expect(value=key)
-            self._hard_requested = False
-            self._running.set()
-            try:
-                outcome = session.turn(call, limits)
-            finally:
-                with self._ending:
-                    self._running.clear()
-                if self._escalation is not None:
-                    self._escalation.cancel()
-                self.bridge.expect()
+            outcome = self._bounded_turn(call, value=key)
             found, value = self.bridge.values.pop(key, (False, None))
             if outcome.trapped:
                 self._rolled_back(session, outcome, self._count)
                 return False, None
             return found, value
+
+    def _bounded_turn(self, source: str, **expect: Any) -> TurnOutcome:
+        """A turn of ours that runs guest code: the policy's fuel and time, cancel() ends it,
+        its output is dropped; `expect` says what bookkeeping it may send."""
+        session = self._session_or_fail()
+        self._join_capture()
+        timeout = self.config.timeout_ms / 1000
+        limits = TurnLimits(self.config.policy.fuel_budget, timeout, 64 * 1024, 64 * 1024)
+        self.bridge.begin(timeout)
+        self.bridge.expect(**expect)
+        self._hard_requested = False
+        self._running.set()
+        try:
+            return session.turn(source, limits)
+        finally:
+            with self._ending:
+                self._running.clear()
+            if self._escalation is not None:
+                self._escalation.cancel()
+            self.bridge.expect()
 
     def get_variable(self, name: str) -> Any:
         """The variable's value as plain Python (JSON-able; DataFrames as records), or None."""

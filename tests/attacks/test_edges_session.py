@@ -230,3 +230,48 @@ def test_a_file_removed_before_the_rollback_stays_closed(make: Any, workspace: P
     read = repl.execute("keep.read()")
     assert read.ename == "OSError" and "Bad file descriptor" in (read.evalue or "")
     assert repl.execute("earlier").result == {"text/plain": "'kept'"}
+
+
+# -- 7. host calls into the guest keep the time limit -----------------------------------------
+
+SLOW_REPR = (
+    "import time\n"
+    "class Slow:\n"
+    "    def __repr__(self):\n        time.sleep(30); return 'slow'\n"
+    "    def __dir__(self):\n        time.sleep(30); return []\n"
+    "    def __iter__(self):\n        time.sleep(30); return iter(())\n"
+    "slow = [Slow()]"
+)
+
+
+@pytest.mark.parametrize("call", ["get_variable", "complete", "inspect", "evaluate"])
+def test_host_calls_on_slow_objects_keep_the_time_limit(make: Any, call: str) -> None:
+    repl = make({"timeout_seconds": 3}, timeout_ms=3_000)
+    assert repl.execute(SLOW_REPR).ok
+    started = time.monotonic()
+    if call == "get_variable":
+        answer: Any = repl.get_variable("slow")
+    elif call == "complete":
+        answer = repl.complete("slow[0].", 8)
+    elif call == "inspect":
+        answer = repl.inspect("slow", 4)
+    else:
+        answer = repl.evaluate({"e": "slow"})
+    assert time.monotonic() - started < 3 + 3, f"{call} ignored the 3 s limit"
+    if call == "get_variable":
+        assert answer is None  # stopped: nothing, not a hang
+    elif call == "evaluate":
+        assert answer["e"]["status"] == "error"
+    elif call == "complete":
+        assert answer.get("matches", []) == []
+    assert repl.execute("earlier").result == {"text/plain": "'kept'"}
+
+
+def test_loading_a_context_through_a_tampered_json_is_bounded(make: Any) -> None:
+    repl = make({"timeout_seconds": 3}, timeout_ms=3_000)
+    assert repl.execute("import json\njson.loads = lambda *a, **k: [0 for _ in iter(int, 1)]").ok
+    started = time.monotonic()
+    with pytest.raises(Exception, match="context"):
+        repl.initialize(context={"a": 1})  # a dict travels as JSON
+    assert time.monotonic() - started < 3 + 3
+    assert repl.execute("1 + 1").result == {"text/plain": "2"}
