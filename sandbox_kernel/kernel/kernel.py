@@ -273,7 +273,9 @@ class SandboxKernel(Kernel):
         created, modified = diff(before, after)
         if store_history and not silent:
             self._history.append((0, count, code))
-        expressions = await asyncio.to_thread(self._user_expressions, user_expressions or {})
+        expressions: dict[str, Any] = {}
+        if user_expressions:  # a thread hop only when there is something to evaluate
+            expressions = await asyncio.to_thread(self._user_expressions, user_expressions)
         reply = self._publish(execution, count, silent, expressions)
         self.runlog.record(
             code,
