@@ -66,6 +66,7 @@ class RunSpec:
     limits: RunLimits
     on_stdout: Callable[[bytes], None] | None = None
     on_stderr: Callable[[bytes], None] | None = None
+    start_path: str | None = None  # the script's path under its folder: its opening starts it
 
 
 @dataclass
@@ -156,6 +157,7 @@ def run_guest(
             make_wasi_config(spec.argv, spec.env, spec.preopens, stdout.write, stderr.write)
         )
         guard = RunGuard(limits.guard, deadline=None, cancel=threading.Event())
+        guard.start_path = spec.start_path.encode() if spec.start_path else None
         ticks = handle.ticks_for(limits.timeout_seconds)
         started = time.perf_counter()
         with guarding(guard), handle.ticking(), running(store, handle, guard, ticks):

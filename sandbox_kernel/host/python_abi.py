@@ -26,7 +26,7 @@ import wasmtime
 
 from sandbox_kernel.host.artifacts import PythonImage
 from sandbox_kernel.host.wasi_config import Preopen
-from sandbox_kernel.host.wasi_guards import RunGuard, active_guard
+from sandbox_kernel.host.wasi_guards import RunGuard, active_guard, fuel_left
 
 __all__ = [
     "ARGV0",
@@ -35,7 +35,6 @@ __all__ = [
     "HOST_FAULT",
     "LIB_GUEST",
     "NO_HOST",
-    "START_MARKER",
     "door",
     "guest_memory",
     "image_preopens",
@@ -49,14 +48,13 @@ LIB_GUEST = "/usr/local/lib"
 NO_HOST, HOST_FAULT = -1, -2
 MASK32 = 0xFFFFFFFF
 MAX_RESPONSE_BYTES = 0x7FFFFFFF  # the response length must fit a signed i32
-# The door frames by which a one-shot run's prelude marks where the user's script begins
-# (Python's audit event "compile" for the script's file) and ends (an atexit handler
-# registered before any user code, so it runs after the user's own). The host answers them
-# with nothing (NO_HOST) but reads the fuel left; see `_mark`.
-START_MARKER = b"sandbox-kernel: the user's code starts"
+# Where a one-shot run's script ends: an atexit handler, registered before any user code (so
+# it runs after the user's own), sends this frame; the host answers it with nothing (NO_HOST)
+# but reads the fuel left. Where the script starts the host sees for itself: the runner opens
+# the script's file (RunGuard.start_path).
 END_MARKER = b"sandbox-kernel: the user's code ended"
-_MARKERS = f"""\
-import atexit, sys
+_END_HANDLER = f"""\
+import atexit
 try:
     import _host
 except ImportError:
@@ -67,11 +65,6 @@ if _host is not None:
             _call(frame)
         except Exception:
             pass
-    def _hook(event, args, _script=sys.argv[1], _seen=[]):
-        if not _seen and event == "compile" and len(args) > 1 and args[1] == _script:
-            _seen.append(True)
-            _send({START_MARKER!r})
-    sys.addaudithook(_hook)
     atexit.register(_send, {END_MARKER!r})
 """
 
@@ -106,14 +99,14 @@ def script_argv(script: str, extra_paths: tuple[str, ...] = ()) -> list[str]:
     """argv that runs `script` as `python script` does in this image.
 
     The image runs isolated (`-I`: no PYTHONPATH, no script folder on sys.path). A `-c`
-    prelude, one expression that binds no name in `__main__`, arms the markers (_MARKERS, in
-    a namespace of its own), appends `extra_paths` to sys.path (after the stdlib zip, so they
+    prelude, one expression that binds no name in `__main__`, arms the end marker (in a
+    namespace of its own), appends `extra_paths` to sys.path (after the stdlib zip, so they
     cannot shadow it), and hands the script to the image's own runner (`_reactor.run`): the
     script's line numbers, `__main__` and exit status are what they would be without it.
     """
     prelude = (
         "__import__('linecache')._interactive_cache.clear() or "
-        f"exec({_MARKERS!r}, {{}}) or "
+        f"exec({_END_HANDLER!r}, {{}}) or "
         f"__import__('sys').path.extend({list(extra_paths)!r}) or "
         "__import__('sys').exit(__import__('_reactor').run("
         f"[{ARGV0!r}, *__import__('sys').argv[1:]], dict(__import__('os').environ)))"
@@ -162,22 +155,17 @@ def door(caller: Any, ptr: int, length: int, out_ptr_ptr: int, out_len_ptr: int)
 
 
 def _mark(caller: Any, guard: RunGuard, ptr: int, length: int) -> None:
-    """A one-shot run's markers: the fuel left when the user's script began and ended. Only
-    the first of each counts (the user's own code could send more; it would only change what
-    its own result reports)."""
-    if length not in (len(START_MARKER), len(END_MARKER)):
+    """A one-shot run's END_MARKER: the fuel left when the user's script ended. Only the first
+    counts (the user's own code could send more; it would only change its own report)."""
+    if length != len(END_MARKER) or guard.fuel_left_at_end is not None:
         return
     try:
         memory = caller.get("memory")
         ptr &= MASK32
         if memory is None or ptr + length > memory.data_len(caller):
             return
-        frame = bytes(memory.read(caller, ptr, ptr + length))
-        # A Caller is a store context; Store.get_fuel reads any context.
-        if frame == START_MARKER and guard.fuel_left_at_start is None:
-            guard.fuel_left_at_start = wasmtime.Store.get_fuel(caller)
-        elif frame == END_MARKER and guard.fuel_left_at_end is None:
-            guard.fuel_left_at_end = wasmtime.Store.get_fuel(caller)
+        if bytes(memory.read(caller, ptr, ptr + length)) == END_MARKER:
+            guard.fuel_left_at_end = fuel_left(caller)
     except Exception:  # a host function never raises into wasmtime; no reading, no harm
         return
 

@@ -41,7 +41,15 @@ import wasmtime
 
 from sandbox_kernel.host.descriptors import OpenFile, read_open
 
-__all__ = ["FORWARDED", "SIGNATURES", "GuardLimits", "RunGuard", "active_guard", "guarding"]
+__all__ = [
+    "FORWARDED",
+    "SIGNATURES",
+    "GuardLimits",
+    "RunGuard",
+    "active_guard",
+    "fuel_left",
+    "guarding",
+]
 
 # WASI preview1 errno values.
 EBADF, EDQUOT, EFAULT, EFBIG, EINVAL, EIO, EMFILE, ENOMEM = 8, 19, 21, 22, 28, 29, 33, 48
@@ -110,6 +118,7 @@ class RunGuard:
     refusals: list[tuple[str, str]] = field(default_factory=list)  # (kind, detail)
     door: Callable[[bytes], bytes] | None = None  # answers the guest's door requests
     stop_reason: str | None = None  # "timeout" or "cancelled" once a wait stopped the guest
+    start_path: bytes | None = None  # a one-shot run's script: its opening starts the user's code
     fuel_left_at_start: int | None = None  # fuel left when the user's script began (one-shot)
     fuel_left_at_end: int | None = None  # ... and when it ended
     _forwards: dict[str, Any] = field(default_factory=dict)
@@ -206,6 +215,15 @@ class RunGuard:
         return int(size) if kind == REGULAR_FILE and links == 1 else 0
 
 
+def fuel_left(context: Any) -> int | None:
+    """The fuel a store has left, read from a Caller too (it is a store context); None when
+    fuel is not metered."""
+    try:
+        return int(wasmtime.Store.get_fuel(context))
+    except (wasmtime.WasmtimeError, ValueError, TypeError):
+        return None
+
+
 _LOCAL = threading.local()
 
 
@@ -289,6 +307,8 @@ def _path_open(guard: RunGuard, caller: Any, *args: int) -> int:
             fd, record = opened
             guard.open_fds.add(fd)
             guard.files[fd] = record
+            if record.path == guard.start_path and guard.fuel_left_at_start is None:
+                guard.fuel_left_at_start = fuel_left(caller)  # the runner reads the script
     return errno
 
 

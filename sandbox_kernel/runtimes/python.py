@@ -84,6 +84,7 @@ class PythonSandbox(BaseSandbox):
             argv=python_abi.script_argv(f"{app}/{self.code_filename}", extra),
             env={**python_abi.BASE_ENV, **spec.env},
             preopens=[*python_abi.image_preopens(self.image), *spec.preopens],
+            start_path=self.code_filename,  # opened under /app by the runner
         )
         return run_guest(self._engine, module, spec, python_abi.run_main)
 

@@ -39,10 +39,7 @@ SLEEPY = (
 
 @pytest.fixture
 def own_kernel(tmp_path: Path) -> Iterator[RunningKernel]:
-    root = tmp_path / "edges"
-    root.mkdir()
-    (root / "policy.toml").write_text("[policy]\ntimeout_seconds = 3\n")
-    running = start_kernel(root)
+    running = start_kernel(tmp_path / "edges", policy="[policy]\ntimeout_seconds = 3\n")
     yield running
     running.shutdown()
 
@@ -184,10 +181,7 @@ def test_a_huge_exception_is_capped_on_the_wire_and_in_the_log(own_kernel: Runni
 
 
 def test_context_magic_with_the_guest_memory_full_answers(tmp_path: Path) -> None:
-    root = tmp_path / "full"
-    root.mkdir()
-    (root / "policy.toml").write_text("[policy]\nmemory_bytes = 400_000_000\n")
-    running = start_kernel(root)
+    running = start_kernel(tmp_path / "full", policy="[policy]\nmemory_bytes = 400_000_000\n")
     try:
         (running.workspace / "big.txt").write_text("x" * 50_000_000)
         running.run_ok(

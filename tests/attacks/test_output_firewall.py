@@ -147,10 +147,7 @@ def test_the_run_log_records_what_was_removed(kernel: RunningKernel) -> None:
 
 @pytest.fixture
 def trusting_kernel(tmp_path: Path) -> Iterator[RunningKernel]:
-    root = tmp_path / "trusting"
-    root.mkdir()
-    (root / "policy.toml").write_text("[policy]\ntrust_outputs = true\n")
-    running = start_kernel(root)
+    running = start_kernel(tmp_path / "trusting", policy="[policy]\ntrust_outputs = true\n")
     yield running
     running.shutdown()
 
@@ -164,10 +161,11 @@ def test_trust_outputs_passes_bundles_unchanged(trusting_kernel: RunningKernel) 
 
 
 def test_the_guarded_spec_never_trusts_outputs(tmp_path: Path) -> None:
-    root = tmp_path / "guarded"
-    root.mkdir()
-    (root / "policy.toml").write_text("[policy]\ntrust_outputs = true\n")
-    running = start_kernel(root, extra_env={"SANDBOX_KERNEL_GUARDED": "1"})
+    running = start_kernel(
+        tmp_path / "guarded",
+        extra_env={"SANDBOX_KERNEL_GUARDED": "1"},
+        policy="[policy]\ntrust_outputs = true\n",
+    )
     try:
         execution = running.run_ok("display({'text/html': '<script>y()</script>ok'}, raw=True)")
         (content,) = rich_outputs(execution)

@@ -256,10 +256,15 @@ class RunningKernel:
             self.km.shutdown_kernel(now=False)
 
 
-def start_kernel(root: Path, extra_env: dict[str, str] | None = None) -> RunningKernel:
-    """Start a kernel whose working folder is `root` (created), ready for requests."""
+def start_kernel(
+    root: Path, extra_env: dict[str, str] | None = None, policy: str | None = None
+) -> RunningKernel:
+    """Start a kernel whose working folder is `root` (created), ready for requests; `policy`
+    is the text of its policy file (default: empty, the notebook defaults)."""
     install_kernel_spec()
     root.mkdir(parents=True, exist_ok=True)
+    if policy is not None:
+        (root / "policy.toml").write_text(policy)
     km, kc = start_new_kernel(
         kernel_name=KERNEL_NAME,
         startup_timeout=STARTUP_TIMEOUT_SECONDS,

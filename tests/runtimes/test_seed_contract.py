@@ -129,7 +129,7 @@ def test_fuel_of_the_start_and_of_the_code_are_apart(workspace: Path) -> None:
     for result in (alive, loop):
         assert 10_000_000 < result.startup_fuel < 60_000_000
         assert result.startup_fuel + result.user_fuel < result.fuel_consumed  # + shutdown
-    assert alive.user_fuel < 2_000_000  # printing one line is cheap; the start is not
+    assert alive.user_fuel < 5_000_000  # printing one line is cheap; the start is not
     assert loop.user_fuel > 20 * alive.user_fuel
     assert abs(loop.startup_fuel - alive.startup_fuel) < 1_000_000
 
