@@ -104,8 +104,6 @@ class OutputFirewall:
                 kept[name] = value
             else:
                 self._admit(name, value, kept, removed)
-        if "text/html" in kept:  # markdown rendered as HTML must not replace the cell's own
-            kept.pop("text/markdown", None)
         return Shown(data=kept, metadata=self._metadata(metadata, kept), removed=tuple(removed))
 
     def _admit(self, mime: str, value: Any, kept: dict[str, Any], removed: list[str]) -> None:
@@ -121,12 +119,12 @@ class OutputFirewall:
         if outcome is None:
             removed.append(f"{mime} (malformed)")
             return
-        target, cleaned, why = outcome
+        target, cleaned, reasons = outcome
         target = target or base
         if target != base and target in kept:
             return  # rendered markdown never overwrites the bundle's own HTML
-        kept[target] = cleaned
-        removed.extend(f"{why} in {base}" for why in why)
+        kept[target] = cleaned  # (and the bundle's own HTML, coming later, replaces it)
+        removed.extend(f"{reason} in {base}" for reason in reasons)
 
     def _metadata(self, metadata: object, kept: dict[str, Any]) -> dict[str, Any]:
         if not isinstance(metadata, dict) or _size(metadata) > MAX_METADATA_BYTES:
@@ -162,7 +160,7 @@ class OutputFirewall:
                 out.append({"source": "ask_exit", "keepkernel": bool(item.get("keepkernel"))})
         return out, tuple(removed)
 
-    def inspect_reply(self, reply: object, cursor_pos: int) -> dict[str, Any]:
+    def inspect_reply(self, reply: object) -> dict[str, Any]:
         """inspect_reply content from the guest's answer; a note in text/plain if cut."""
         if not isinstance(reply, dict) or not reply.get("found"):
             return {"status": "ok", "found": False, "data": {}, "metadata": {}}

@@ -365,7 +365,7 @@ class SandboxKernel(Kernel):
             reply = await asyncio.to_thread(self.repl.inspect, code, cursor_pos, detail_level)
         except Exception:  # a reply always goes: nothing found
             self.log.exception("sandbox-kernel failed to inspect")
-        return self.firewall.inspect_reply(reply, cursor_pos)
+        return self.firewall.inspect_reply(reply)
 
     async def do_is_complete(self, code: str) -> dict[str, Any]:
         return magics.is_complete(code)

@@ -26,8 +26,10 @@ Must not import: anything Jupyter, wasmtime.
 
 from __future__ import annotations
 
+import functools
 import html
 import re
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -185,10 +187,21 @@ def _safe_image_source(value: str) -> bool:
 
 
 class _Filter:
-    """nh3's attribute callback: URL and CSS rules, and a record of what it refused."""
+    """nh3's attribute callback: URL and CSS rules, and a record of what it refused in the
+    clean running on this thread (the cleaners are built once and shared)."""
 
     def __init__(self) -> None:
-        self.refused: list[str] = []
+        self._local = threading.local()
+
+    def start(self) -> list[str]:
+        """A fresh record for the clean about to run on this thread."""
+        self._local.refused = []
+        return self.refused
+
+    @property
+    def refused(self) -> list[str]:
+        refused: list[str] = self._local.refused
+        return refused
 
     def __call__(self, tag: str, attribute: str, value: str) -> str | None:
         name = attribute.lower()
@@ -218,7 +231,12 @@ def _describe_url(value: str) -> str:
     return f"{scheme.group()} URL" if scheme else "URL"
 
 
-def _cleaner(refuse: _Filter, svg: bool) -> nh3.Cleaner:
+_FILTER = _Filter()
+
+
+@functools.cache
+def _cleaner(svg: bool) -> nh3.Cleaner:
+    """Built once per kind: building one costs more than most cleans."""
     tags = (SVG_TAGS | {"style"}) if svg else (HTML_TAGS | SVG_TAGS)
     attributes: dict[str, set[str]] = {"*": set(GENERIC_ATTRIBUTES)}
     for tag in SVG_TAGS:
@@ -230,7 +248,7 @@ def _cleaner(refuse: _Filter, svg: bool) -> nh3.Cleaner:
         tags=set(tags),
         clean_content_tags=set(DROPPED_WITH_CONTENT),
         attributes=attributes,
-        attribute_filter=refuse,
+        attribute_filter=_FILTER,
         strip_comments=True,
         link_rel=None,
         url_schemes={"http", "https", "mailto", "data"},
@@ -248,13 +266,13 @@ def clean_svg(text: str) -> Cleaned:
 
 
 def _clean_markup(text: str, svg: bool) -> Cleaned:
-    refuse = _Filter()
-    cleaned = _cleaner(refuse, svg).clean(text)
+    record = _FILTER.start()
+    cleaned = _cleaner(svg).clean(text)
     # Ammonia serializes a kept <style> as <style ...>raw text</style>: its CSS is filtered here.
-    cleaned = _STYLE_ELEMENT.sub(lambda m: m[1] + clean_css(m[2], refuse.refused) + m[3], cleaned)
+    cleaned = _STYLE_ELEMENT.sub(lambda m: m[1] + clean_css(m[2], record) + m[3], cleaned)
     removed: list[str] = []
     if cleaned != text:
-        refused = list(dict.fromkeys(refuse.refused))
+        refused = list(dict.fromkeys(record))
         said = {entry.split()[0] for entry in refused}  # "src ..." already says why src went
         missing = [r for r in _missing_parts(text, cleaned) if r.split()[0] not in said]
         removed = missing + refused
@@ -297,8 +315,6 @@ def clean_markdown(text: str) -> tuple[str, Cleaned]:
     HTML, images or a script-like URL becomes sanitized text/html (math kept for MathJax)."""
     if "<" not in text and "![" not in text and not _has_script_url(text):
         return "text/markdown", Cleaned(text)
-    from markdown_it import MarkdownIt  # only for markdown that needs it
-
     maths: list[str] = []
 
     def hold(match: re.Match[str]) -> str:
@@ -306,8 +322,7 @@ def clean_markdown(text: str) -> tuple[str, Cleaned]:
         return f"SANDBOXMATH{len(maths) - 1}X"
 
     held = _MATH.sub(hold, text)
-    rendered = MarkdownIt("commonmark", {"html": True}).enable(["table", "strikethrough"])
-    page = rendered.render(held)
+    page = _markdown_renderer().render(held)
     cleaned = clean_html(page)
     restored = re.sub(
         r"SANDBOXMATH(\d+)X", lambda m: html.escape(maths[int(m[1])], quote=False), cleaned.text
@@ -316,6 +331,14 @@ def clean_markdown(text: str) -> tuple[str, Cleaned]:
     if _has_script_url(text):
         removed.append("script URL")
     return "text/html", Cleaned(restored, removed)
+
+
+@functools.cache
+def _markdown_renderer() -> Any:
+    """CommonMark with tables and strikethrough; imported and built on first need."""
+    from markdown_it import MarkdownIt
+
+    return MarkdownIt("commonmark", {"html": True}).enable(["table", "strikethrough"])
 
 
 def _has_script_url(text: str) -> bool:

@@ -163,10 +163,10 @@ def test_payloads_pages_pass_the_firewall_and_unknown_sources_go(firewall: Outpu
 
 def test_inspect_and_user_expression_notes_go_into_text_plain(firewall: OutputFirewall) -> None:
     reply = firewall.inspect_reply(
-        {"found": True, "data": {"text/plain": "doc", "text/html": "<img src=x onerror=y()>"}}, 0
+        {"found": True, "data": {"text/plain": "doc", "text/html": "<img src=x onerror=y()>"}}
     )
     assert reply["found"] and "output firewall" in reply["data"]["text/plain"]
-    assert firewall.inspect_reply(None, 0)["found"] is False
+    assert firewall.inspect_reply(None)["found"] is False
     entry = firewall.user_expression({"application/javascript": "x()"})
     assert entry["status"] == "ok" and "output firewall" in entry["data"]["text/plain"]
 
