@@ -191,12 +191,12 @@ class ReplSandbox:
             wanted = self.config.warm_start_modules
             warm.save(image, driver_source(), wanted, self._session, layout)
 
-    def _setup_turn(self, source: str, *, context: bool = False, hello: bool = False) -> None:
-        """A turn of ours (driver install, context, warm imports): it must succeed."""
+    def _setup_turn(self, source: str, *, hello: bool = False) -> None:
+        """A turn of our own code (driver install, warm imports): it must succeed."""
         session = self._session_or_fail()
         self._join_capture()  # never enter the guest while its memory is being copied
         self.bridge.begin(_SETUP_TIMEOUT_SECONDS)
-        self.bridge.expect(context=context, hello=hello)
+        self.bridge.expect(hello=hello)
         limits = TurnLimits(_SETUP_FUEL, _SETUP_TIMEOUT_SECONDS, 1_000_000, 1_000_000)
         outcome = session.turn(source, limits)
         if outcome.status != 0:
@@ -215,16 +215,20 @@ class ReplSandbox:
         with self._lock:
             self._join_capture()
             self._copier.shutdown(wait=True)
-            if self._session is not None:
-                self._session.close()
-            self._session, self._image = None, None
-            if self._scratch is not None:
-                self._scratch.cleanup()
-                self._scratch = None
+            self._release_session()
             self._destroyed = True
             self.bridge.close()
             self.bridge.replies.clear()
             self.bridge.values.clear()
+
+    def _release_session(self) -> None:
+        """Close the guest, forget its image and remove its scratch folder."""
+        if self._session is not None:
+            self._session.close()
+        self._session, self._image = None, None
+        if self._scratch is not None:
+            self._scratch.cleanup()
+            self._scratch = None
 
     # -- executions --------------------------------------------------------------------------
 
@@ -290,20 +294,30 @@ class ReplSandbox:
             on_stdout=out.feed if out else None,
             on_stderr=err.feed if err else None,
         )
-        self.bridge.begin(timeout)
-        self.bridge.expect(cell=number)
+        try:
+            return self._cancellable_turn(session, run_cell_turn(number, code), limits, cell=number)
+        finally:
+            for splitter in (out, err):
+                if splitter is not None:
+                    splitter.flush()
+
+    def _cancellable_turn(
+        self, session: GuestSession, source: str, limits: TurnLimits, **expect: Any
+    ) -> TurnOutcome:
+        """A turn cancel() may stop (a cell's, or a call of ours into guest code): fresh
+        budgets and deadline, `expect` says what bookkeeping it may send."""
+        self.bridge.begin(limits.timeout_seconds)
+        self.bridge.expect(**expect)
         self._hard_requested = False
         self._running.set()
         try:
-            return session.turn(run_cell_turn(number, code), limits)
+            return session.turn(source, limits)
         finally:
             with self._ending:
                 self._running.clear()
             if self._escalation is not None:
                 self._escalation.cancel()
-            for splitter in (out, err):
-                if splitter is not None:
-                    splitter.flush()
+            self.bridge.expect()
 
     def _rolled_back(
         self, session: GuestSession, outcome: TurnOutcome, number: int
@@ -326,13 +340,7 @@ class ReplSandbox:
     def _rebuilt(self, outcome: TurnOutcome, number: int) -> CodeExecution:
         """Start the session again from scratch (the warm image, then the context) and say so:
         its variables are gone; files under the workspace are kept."""
-        session = self._session
-        self._session, self._image = None, None
-        if session is not None:
-            session.close()
-        if self._scratch is not None:
-            self._scratch.cleanup()
-            self._scratch = None
+        self._release_session()
         self.rebuilds += 1
         self.initialize(self._context)
         return stopped_execution(
@@ -457,25 +465,11 @@ class ReplSandbox:
         self._join_capture()
         timeout = self.config.timeout_ms / 1000
         limits = TurnLimits(self.config.policy.fuel_budget, timeout, 64 * 1024, 64 * 1024)
-        self.bridge.begin(timeout)
-        self.bridge.expect(**expect)
-        self._hard_requested = False
-        self._running.set()
-        try:
-            return session.turn(source, limits)
-        finally:
-            with self._ending:
-                self._running.clear()
-            if self._escalation is not None:
-                self._escalation.cancel()
-            self.bridge.expect()
+        return self._cancellable_turn(session, source, limits, **expect)
 
     def get_variable(self, name: str) -> Any:
         """The variable's value as plain Python (JSON-able; DataFrames as records), or None."""
         if not isinstance(name, str) or not name.isidentifier():
             raise ValueError(f"not a variable name: {name!r}")
-        with self._lock:
-            if self._session is None:
-                self.initialize()
-            found, value = self._host_call(name, f"{DRIVER_NAME}.get_variable({name!r})")
-            return value if found else None
+        found, value = self._host_call(name, f"{DRIVER_NAME}.get_variable({name!r})")
+        return value if found else None
