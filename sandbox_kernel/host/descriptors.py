@@ -22,11 +22,19 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from sandbox_kernel.host.wasi_guards import RunGuard
 
-__all__ = ["OpenFile", "SavedFile", "read_open", "reopen", "saved_files"]
+__all__ = [
+    "MAX_PATH_BYTES",
+    "PATH_AT",
+    "OpenFile",
+    "SavedFile",
+    "read_open",
+    "reopen",
+    "saved_files",
+]
 
 MASK32 = 0xFFFFFFFF
 O_CREAT, O_EXCL, O_TRUNC = 1, 4, 8  # WASI oflags that must not be replayed
-_PATH_AT = 256  # where a path is written in the guard's private memory
+PATH_AT = 256  # where the guard writes a path in its private memory (after a filestat)
 MAX_PATH_BYTES = 4096
 
 
@@ -90,18 +98,14 @@ def reopen(guard: RunGuard, store: Any, files: tuple[SavedFile, ...]) -> list[in
 
 
 def _open_again(guard: RunGuard, store: Any, opened: OpenFile) -> int | None:
-    memory = guard.private_memory
-    if memory is None:
-        return None
-    memory.write(store, opened.path, _PATH_AT)
+    """The file opened again (never created or truncated); its new number, or None."""
     oflags = opened.oflags & ~(O_CREAT | O_EXCL | O_TRUNC)
-    errno = guard.private(
+    errno = guard.private_at_path(
         store,
         "path_open",
         opened.dirfd,
         opened.dirflags,
-        _PATH_AT,
-        len(opened.path),
+        opened.path,
         oflags,
         opened.rights_base,
         opened.rights_inheriting,
@@ -110,4 +114,4 @@ def _open_again(guard: RunGuard, store: Any, opened: OpenFile) -> int | None:
     )
     if errno:
         return None
-    return int(struct.unpack("<I", bytes(memory.read(store, 0, 4)))[0])
+    return int(struct.unpack("<I", bytes(guard.private_memory.read(store, 0, 4)))[0])

@@ -142,9 +142,10 @@ def door(caller: Any, ptr: int, length: int, out_ptr_ptr: int, out_len_ptr: int)
     sees as an OSError.
     """
     guard = active_guard()
-    if guard is not None and guard.door is None:
+    if guard is None:
+        return NO_HOST
+    if guard.door is None:  # a one-shot run: only its end marker comes this way
         _mark(caller, guard, ptr, length)
-    if guard is None or guard.door is None:
         return NO_HOST
     try:
         return _frame(caller, guard.door, ptr, length, out_ptr_ptr, out_len_ptr)

@@ -39,7 +39,7 @@ from typing import Any
 
 import wasmtime
 
-from sandbox_kernel.host.descriptors import OpenFile, read_open
+from sandbox_kernel.host.descriptors import MAX_PATH_BYTES, PATH_AT, OpenFile, read_open
 
 __all__ = [
     "FORWARDED",
@@ -92,8 +92,6 @@ FILESTAT_TYPE_OFFSET, FILESTAT_NLINK_OFFSET = 16, 24
 REGULAR_FILE = 4  # WASI filetype
 # What a folder or a link costs the workspace quota: a block of the host's disk each.
 ENTRY_COST_BYTES = 4096
-_PATH_SCRATCH = 256  # where a path is copied in the private memory
-MAX_PATH_BYTES = 4096
 FILESTAT_SIZE_OFFSET = 32  # filestat: dev, ino, filetype(+pad), nlink, size, atim, mtim, ctim
 
 
@@ -167,6 +165,16 @@ class RunGuard:
     def private_memory(self) -> Any:
         return self._private_memory
 
+    def private_at_path(
+        self, store: Any, name: str, fd: int, flags: int, path: bytes, *rest: int
+    ) -> int:
+        """A private WASI call of the (fd, flags, path, path_len, ...) shape: the path is
+        copied into the private memory first."""
+        if self._private_memory is None or len(path) > MAX_PATH_BYTES:
+            return EBADF
+        self._private_memory.write(store, path, PATH_AT)
+        return self.private(store, name, fd, flags, PATH_AT, len(path), *rest)
+
     def private(self, store: Any, name: str, *args: int) -> int:
         """Call WASI's `name` for the guard itself, its pointers in the private memory."""
         func = self._private.get(name)
@@ -198,13 +206,11 @@ class RunGuard:
     def unique_file_size(self, caller: Any, fd: int, path_ptr: int, path_len: int) -> int:
         """The size of the regular file at `path` (under `fd`, links not followed) if it has
         one name only: what removing it frees. 0 for anything else or when WASI refused."""
-        stat_call = self._private.get("path_filestat_get")
         path_ptr, path_len = path_ptr & MASK32, path_len & MASK32
-        if stat_call is None or path_len > MAX_PATH_BYTES:
+        if path_len > MAX_PATH_BYTES:
             return 0
         path = bytes(caller["memory"].read(caller, path_ptr, path_ptr + path_len))
-        self._private_memory.write(caller, path, _PATH_SCRATCH)
-        if int(stat_call(caller, fd, 0, _PATH_SCRATCH, path_len, 0)):
+        if self.private_at_path(caller, "path_filestat_get", fd, 0, path, 0):
             return 0
         raw = bytes(self._private_memory.read(caller, 0, 64))
         kind, links = (

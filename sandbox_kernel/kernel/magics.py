@@ -88,10 +88,10 @@ def _context(kernel: SandboxKernel, args: str) -> str:
     try:  # a link loop the guest planted is a RuntimeError on Python 3.11, an OSError later
         path = (root / relative).resolve()
     except (RuntimeError, OSError):
-        path = root / "\0"  # not a file
-    if not path.is_relative_to(root) or not path.is_file():
+        path = None
+    if path is None or not path.is_relative_to(root) or not path.is_file():
         raise ValueError(f"{args} is not a file in the workspace")
-    raw = read_capped(path, CONTEXT_MAX_BYTES)
+    raw = _read_capped(path, CONTEXT_MAX_BYTES)
     try:
         value: str | bytes = raw.decode("utf-8")
     except UnicodeDecodeError:
@@ -100,7 +100,7 @@ def _context(kernel: SandboxKernel, args: str) -> str:
     return f"context: {len(value):,} {'characters' if isinstance(value, str) else 'bytes'}\n"
 
 
-def read_capped(path: Path, limit: int) -> bytes:
+def _read_capped(path: Path, limit: int) -> bytes:
     """The file's bytes, opened without following a last-moment link; ValueError past `limit`
     (a sparse file the guest made can claim terabytes)."""
     flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)

@@ -3,11 +3,11 @@
     stream          {"name": "stdout" | "stderr", "text": ...}
     display_data    {"data": {...}, "metadata": {...}, "transient": {}}
     execute_result  {"execution_count": n, "data": {...}, "metadata": {...}}
+    error           {"ename", "evalue", "traceback"}      (iopub, and merged into the reply)
+    execute_reply   {"status", "execution_count", "user_expressions", "payload"} (+ error)
 
 Rich data comes in as `Shown`, which only the output firewall (firewall.py) makes: a bundle
 cannot reach a message around it.
-    error           {"ename", "evalue", "traceback"}      (iopub, and merged into the reply)
-    execute_reply   {"status", "execution_count", "user_expressions", "payload"} (+ error)
 
 Must not import: ipykernel (contents are plain dicts; the kernel sends them).
 """

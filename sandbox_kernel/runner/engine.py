@@ -121,18 +121,14 @@ class SandboxRun:
         self._bound(step)
         value = self.repl.get_variable(adapter.RESULT_VARIABLE)
         if value is None and time.monotonic() >= self._deadline:
-            self._bound(step)  # no time left: the timeout's own error
+            raise self._out_of_time(step)  # stopped, not a result of None
         return value
 
     def _bound(self, step: Step) -> None:
         """Give the next call into the guest only the request's remaining time."""
         left_ms = math.floor((self._deadline - time.monotonic()) * 1000)
         if left_ms <= 0:
-            message = (
-                f"{_STEP_WORDS[step]} had no time left within timeout_seconds "
-                f"({self.policy.timeout_seconds:g} s)"
-            )
-            raise RunFailed(ErrorCode.RUNNER_TIMEOUT, message, limit=LimitHit.TIMEOUT)
+            raise self._out_of_time(step)
         config = self.repl.config.model_copy(update={"timeout_ms": left_ms})
         self.repl.config = self.repl.bridge.config = config
 
@@ -171,6 +167,13 @@ class SandboxRun:
         return adapter.read_payload(self._value("query"))
 
     # -- failures ----------------------------------------------------------------------------
+
+    def _out_of_time(self, step: Step) -> RunFailed:
+        message = (
+            f"{_STEP_WORDS[step]} had no time left within timeout_seconds "
+            f"({self.policy.timeout_seconds:g} s)"
+        )
+        return RunFailed(ErrorCode.RUNNER_TIMEOUT, message, limit=LimitHit.TIMEOUT)
 
     def _fail(self, step: Step, execution: CodeExecution) -> None:
         what = _STEP_WORDS[step]
