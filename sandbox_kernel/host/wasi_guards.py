@@ -5,13 +5,10 @@ guest opening files in a loop took 19,989 of 20,000 host descriptors; a 1 TB spa
 created instantly; a blocking `poll_oneoff` (every `time.sleep`) cannot be interrupted by an
 epoch deadline. So these calls are shadowed:
 
-    path_open, fd_close, fd_renumber   count open files against `max_open_files`
-    fd_write, fd_pwrite,               bound any file's size by `max_file_bytes`, and what the
-    fd_filestat_set_size               guest adds to its writable folders (/app, /tmp) over a
-    path_create_directory,             whole session by `workspace_max_bytes`: file growth (a
-    path_symlink, path_link,           sparse file's gap counts: it is growth the host may pay
-    path_unlink_file,                  for), 4 KiB per folder or link; removals and truncates
-    path_remove_directory              give back what they free
+    path_open, fd_close, fd_renumber   count open files against `max_open_files` (and record
+                                       them, for a rollback: descriptors.py)
+    fd_write, fd_pwrite, ...           file sizes and the session's workspace quota
+                                       (wasi_quota.py)
     (fd_seek is wasmtime's own: a seek grows nothing, and reads past a cap must work)
     poll_oneoff                        sleeps in slices that end at the run's deadline or cancel
 
@@ -39,6 +36,7 @@ from typing import Any
 
 import wasmtime
 
+from sandbox_kernel.host import wasi_quota
 from sandbox_kernel.host.descriptors import MAX_PATH_BYTES, PATH_AT, OpenFile, read_open
 
 __all__ = [
@@ -52,7 +50,7 @@ __all__ = [
 ]
 
 # WASI preview1 errno values.
-EBADF, EDQUOT, EFAULT, EFBIG, EINVAL, EIO, EMFILE, ENOMEM = 8, 19, 21, 22, 28, 29, 33, 48
+EBADF, EFAULT, EINVAL, EIO, EMFILE, ENOMEM = 8, 21, 28, 29, 33, 48
 MASK32 = 0xFFFFFFFF
 MAX_SUBSCRIPTIONS = 4096
 SUBSCRIPTION = "<QB7xIxxxxQQH6x"  # userdata, tag, clock id or fd, timeout, precision, flags
@@ -90,8 +88,6 @@ PRIVATE_SIGNATURES: dict[str, tuple[str, ...]] = {
 PRIVATE = tuple(PRIVATE_SIGNATURES)
 FILESTAT_TYPE_OFFSET, FILESTAT_NLINK_OFFSET = 16, 24
 REGULAR_FILE = 4  # WASI filetype
-# What a folder or a link costs the workspace quota: a block of the host's disk each.
-ENTRY_COST_BYTES = 4096
 FILESTAT_SIZE_OFFSET = 32  # filestat: dev, ino, filetype(+pad), nlink, size, atim, mtim, ctim
 
 
@@ -341,106 +337,6 @@ def _fd_renumber(guard: RunGuard, caller: Any, source: int, target: int) -> int:
     return errno
 
 
-def _too_big(guard: RunGuard, size: int, fd: int) -> int:
-    detail = f"fd {fd} would reach {size:,} bytes (cap {guard.limits.max_file_bytes:,})"
-    return guard.refuse("file_size", detail, EFBIG)
-
-
-def _iov_total(caller: Any, iovs: int, count: int) -> int:
-    iovs, count = iovs & MASK32, count & MASK32
-    raw = bytes(caller["memory"].read(caller, iovs, iovs + 8 * min(count, 1024)))
-    return sum(length for _, length in struct.iter_unpack("<II", raw))
-
-
-def _grow(guard: RunGuard, caller: Any, fd: int, end: int) -> int | None:
-    """An errno when making `fd`'s file reach `end` bytes breaks a cap; else charge the growth.
-
-    Growth, not bytes written, is what costs the host disk and what a sparse file hides: a
-    truncate to 1 TB or a write far past the end grows the file by the whole gap.
-    """
-    if end > guard.limits.max_file_bytes:
-        return _too_big(guard, end, fd)
-    size = guard.file_size(caller, fd)
-    growth = max(0, end - size) if size is not None else 0
-    return _charge(guard, growth)
-
-
-def _charge(guard: RunGuard, growth: int) -> int | None:
-    """EDQUOT when `growth` more bytes would pass the session's workspace quota; else count."""
-    if guard.bytes_written + growth > guard.limits.workspace_max_bytes:
-        total, quota = guard.bytes_written + growth, guard.limits.workspace_max_bytes
-        detail = f"the workspace would grow by {total:,} bytes (quota {quota:,})"
-        return guard.refuse("file_size", detail, EDQUOT)
-    guard.bytes_written += growth
-    return None
-
-
-def _credit(guard: RunGuard, freed: int) -> None:
-    """What a removal gave back (never below zero: removing files the guest did not add makes
-    no room past the quota)."""
-    guard.bytes_written = max(0, guard.bytes_written - freed)
-
-
-def _path_entry(name: str) -> Callable[..., int]:
-    """path_create_directory, path_symlink, path_link: a new entry costs ENTRY_COST_BYTES."""
-
-    def rule(guard: RunGuard, caller: Any, *args: int) -> int:
-        refused = _charge(guard, ENTRY_COST_BYTES)
-        if refused is not None:
-            return refused
-        errno = guard.forward(caller, name, *args)
-        if errno:
-            _credit(guard, ENTRY_COST_BYTES)
-        return errno
-
-    return rule
-
-
-def _path_remove_directory(guard: RunGuard, caller: Any, fd: int, ptr: int, length: int) -> int:
-    errno = guard.forward(caller, "path_remove_directory", fd, ptr, length)
-    if errno == 0:
-        _credit(guard, ENTRY_COST_BYTES)
-    return errno
-
-
-def _path_unlink_file(guard: RunGuard, caller: Any, fd: int, ptr: int, length: int) -> int:
-    freed = guard.unique_file_size(caller, fd, ptr, length)
-    errno = guard.forward(caller, "path_unlink_file", fd, ptr, length)
-    if errno == 0:
-        _credit(guard, freed or ENTRY_COST_BYTES)  # a link, or a file of other names
-    return errno
-
-
-def _fd_write(guard: RunGuard, caller: Any, fd: int, iovs: int, count: int, out: int) -> int:
-    if fd > 2:  # stdout and stderr are capped by their own streams
-        at = guard.cursor(caller, fd)
-        if at is not None:  # not a file with a cursor (a directory, say): WASI will refuse
-            refused = _grow(guard, caller, fd, at + _iov_total(caller, iovs, count))
-            if refused is not None:
-                return refused
-    return guard.forward(caller, "fd_write", fd, iovs, count, out)
-
-
-def _fd_pwrite(
-    guard: RunGuard, caller: Any, fd: int, iovs: int, count: int, offset: int, out: int
-) -> int:
-    refused = _grow(guard, caller, fd, offset + _iov_total(caller, iovs, count))
-    if refused is not None:
-        return refused
-    return guard.forward(caller, "fd_pwrite", fd, iovs, count, offset, out)
-
-
-def _fd_filestat_set_size(guard: RunGuard, caller: Any, fd: int, size: int) -> int:
-    before = guard.file_size(caller, fd)
-    refused = _grow(guard, caller, fd, size)
-    if refused is not None:
-        return refused
-    errno = guard.forward(caller, "fd_filestat_set_size", fd, size)
-    if errno == 0 and before is not None and size < before:
-        _credit(guard, before - size)  # a truncate gives back what it cut
-    return errno
-
-
 def _poll_oneoff(
     guard: RunGuard, caller: Any, in_ptr: int, out_ptr: int, n: int, n_out: int
 ) -> int:
@@ -491,13 +387,6 @@ _RULES: dict[str, Callable[..., int]] = {
     "path_open": _path_open,
     "fd_close": _fd_close,
     "fd_renumber": _fd_renumber,
-    "fd_write": _fd_write,
-    "fd_pwrite": _fd_pwrite,
-    "fd_filestat_set_size": _fd_filestat_set_size,
-    "path_create_directory": _path_entry("path_create_directory"),
-    "path_symlink": _path_entry("path_symlink"),
-    "path_link": _path_entry("path_link"),
-    "path_remove_directory": _path_remove_directory,
-    "path_unlink_file": _path_unlink_file,
     "poll_oneoff": _poll_oneoff,
+    **wasi_quota.RULES,
 }
