@@ -129,6 +129,9 @@ class Driver:
         self.flag = _new_flag()  # never resized: the host holds its address
         self.displays: list[dict[str, Any]] = []  # the running cell's, in order
         self._undo: list[Callable[[], None]] = []
+        # What running cells needs, as keep() found it at install (repair() puts it back).
+        self._kept: list[tuple[Any, str, Any]] = []
+        self._methods: dict[str, Any] = {}
 
     # -- the door ------------------------------------------------------------------------
 
@@ -479,11 +482,11 @@ class Driver:
     def repair(self) -> None:
         """Put back what keep() remembered, and say so on stderr."""
         repaired = []
-        for space, name, value in getattr(self, "_kept", ()):
+        for space, name, value in self._kept:
             if value is not None and space.get(name, _MISSING) is not value:
                 space[name] = value
                 repaired.append(name)
-        for name, value in getattr(self, "_methods", {}).items():
+        for name, value in self._methods.items():
             if name in vars(self):
                 del vars(self)[name]
                 repaired.append(f"{DRIVER_NAME}.{name}")
