@@ -44,17 +44,13 @@ def own_kernel(tmp_path: Path) -> Iterator[RunningKernel]:
     running.shutdown()
 
 
-def pid_of(kernel: RunningKernel) -> int:
-    return int(kernel.km.provisioner.process.pid)  # type: ignore[union-attr]
-
-
 # -- 1. stdin ---------------------------------------------------------------------------------
 
 
 def test_interrupted_inputs_never_kill_the_kernel_or_steal_answers(
     own_kernel: RunningKernel,
 ) -> None:
-    pid = pid_of(own_kernel)
+    pid = own_kernel.pid
     for round_number in range(4):
         execution = own_kernel.send("x = input('never answered? ')", allow_stdin=True)
         request = own_kernel.kc.stdin_channel.get_msg(timeout=30)
@@ -67,7 +63,7 @@ def test_interrupted_inputs_never_kill_the_kernel_or_steal_answers(
     assert answered.status == "ok", answered.describe()
     assert answered.result() == "'Ada'"
     assert [r["prompt"] for r in answered.input_requests] == ["name? "]
-    assert own_kernel.km.is_alive() and pid_of(own_kernel) == pid
+    assert own_kernel.km.is_alive() and own_kernel.pid == pid
 
 
 def test_a_late_answer_to_an_abandoned_prompt_is_not_taken(own_kernel: RunningKernel) -> None:

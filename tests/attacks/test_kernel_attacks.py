@@ -48,7 +48,7 @@ def own_kernel(tmp_path: Path) -> Iterator[RunningKernel]:
 
 @pytest.fixture(scope="module")
 def first_pid(kernel: RunningKernel) -> int:
-    return int(kernel.km.provisioner.process.pid)  # type: ignore[union-attr]
+    return kernel.pid
 
 
 def assert_alive(kernel: RunningKernel) -> None:
@@ -353,5 +353,5 @@ def test_a_broken_session_still_answers(own_kernel: RunningKernel, code: str) ->
 
 def test_kernel_process_survived_everything(kernel: RunningKernel, first_pid: int) -> None:
     assert kernel.km.is_alive()
-    assert int(kernel.km.provisioner.process.pid) == first_pid  # type: ignore[union-attr]
+    assert kernel.pid == first_pid
     assert kernel.run_ok("kept_through_attacks").result() == "'yes'"

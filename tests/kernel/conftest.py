@@ -153,6 +153,11 @@ class RunningKernel:
         return self.root / "workspace"
 
     @property
+    def pid(self) -> int:
+        """The kernel process's pid (a restart or a crash changes it)."""
+        return int(self.km.provisioner.process.pid)  # type: ignore[union-attr]
+
+    @property
     def run_log(self) -> Path:
         return self.root / "runs.jsonl"
 
