@@ -1,4 +1,12 @@
-"""The kernel application: ipykernel's IPKernelApp with the sandbox kernel and an orderly close.
+"""The kernel application: ipykernel's IPKernelApp with the sandbox kernel, an iopub that knows
+whether anyone listens, and an orderly close.
+
+A client connects its iopub (SUB) and shell sockets separately, and both retry every 100 ms while
+the kernel starts. A reply to kernel_info can therefore reach a client whose iopub is not yet
+subscribed; jupyter console then sends the first cell at once, the publisher drops its 'busy' and
+'idle' as it drops anything nobody has subscribed to, and the console waits for an 'idle' that
+will never come (about 1 start in 12 on a busy 2-core machine). `ListenedIOPub.subscribed` says
+whether a subscriber is connected; the kernel holds kernel_info replies on it (kernel.py).
 
 ipykernel's close() shuts the iopub thread down before it stops the control thread. When the
 control thread is still publishing its 'idle' status for the shutdown request, that publish
@@ -10,21 +18,56 @@ Must not import: wasmtime.
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
+import zmq
+from ipykernel.iostream import IOPubThread
 from ipykernel.kernelapp import IPKernelApp
 from traitlets import Type
 
 from sandbox_kernel.kernel.kernel import SandboxKernel
 
-__all__ = ["SandboxKernelApp"]
+__all__ = ["ListenedIOPub", "SandboxKernelApp"]
 
 _CONTROL_JOIN_SECONDS = 5.0
+_SUBSCRIBE, _UNSUBSCRIBE = 1, 0  # the first byte of an XPUB subscription event
+
+
+class ListenedIOPub(IOPubThread):
+    """ipykernel's iopub thread, with an event set while at least one client is subscribed.
+
+    The XPUB socket reports the first subscription to a topic and the last unsubscription from
+    it (it is not verbose), so the event follows "anyone listening" exactly."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.subscribed = threading.Event()
+        super().__init__(*args, **kwargs)
+
+    def _handle_subscription(self, frames: list[bytes]) -> None:
+        for frame in frames:
+            if frame[:1] == bytes([_SUBSCRIBE]):
+                self.subscribed.set()
+            elif frame[:1] == bytes([_UNSUBSCRIBE]):
+                self.subscribed.clear()
+        super()._handle_subscription(frames)
 
 
 class SandboxKernelApp(IPKernelApp):
     name = "sandbox-kernel"
     kernel_class = Type(SandboxKernel, config=True)
+
+    def init_iopub(self, context: zmq.Context[Any]) -> None:
+        """ipykernel's, with `ListenedIOPub` as the iopub thread."""
+        self.iopub_socket = context.socket(zmq.XPUB)
+        self.iopub_socket.linger = 1000
+        self._apply_curve_server_options(self.iopub_socket)
+        self.iopub_port = self._bind_socket(self.iopub_socket, self.iopub_port)
+        self.log.debug("iopub PUB Channel on port: %i", self.iopub_port)
+        self.configure_tornado_logger()
+        self.iopub_thread = ListenedIOPub(self.iopub_socket, pipe=True, session=self.session)
+        self.iopub_thread.start()
+        self.iopub_socket = self.iopub_thread.background_socket
 
     def close(self) -> Any:
         control = self.control_thread

@@ -40,6 +40,10 @@ GUEST_PYTHON = "3.15"
 LISTING_LIMIT = 10_000
 _EXIT_WORDS = frozenset({"exit", "quit", "exit()", "quit()"})
 _ASK_EXIT = {"source": "ask_exit", "keepkernel": False}
+# How long a kernel_info reply waits for a client's iopub to subscribe (app.py): the sockets of
+# a client started with the kernel retry every 100 ms, so this is only reached by a client that
+# never subscribes, which then gets its reply this much later.
+SUBSCRIBER_WAIT_SECONDS = 2.0
 
 
 def _preparing_notice() -> str | None:
@@ -304,6 +308,14 @@ class SandboxKernel(Kernel):
         if not silent:
             self.send_response(self.iopub_socket, "error", error)
         return messages.execute_reply(None, count, error=error)
+
+    async def kernel_info_request(self, stream: Any, ident: Any, parent: Any) -> None:
+        """ipykernel's, sent once an iopub subscriber is there (app.py): jupyter console runs
+        the next cell as soon as it has this reply and would miss that cell's status."""
+        subscribed: threading.Event | None = getattr(self.iopub_thread, "subscribed", None)
+        if subscribed is not None and not subscribed.is_set():
+            await asyncio.to_thread(subscribed.wait, SUBSCRIBER_WAIT_SECONDS)
+        await super().kernel_info_request(stream, ident, parent)
 
     @property
     def kernel_info(self) -> dict[str, Any]:

@@ -9,16 +9,22 @@ from __future__ import annotations
 
 import base64
 import json
+import queue
 import re
 import time
 from pathlib import Path
 
 import pytest
+from jupyter_client.manager import KernelManager
 
 from tests.kernel.conftest import (
+    KERNEL_NAME,
     SHUTDOWN_HANG,
     SHUTDOWN_KNOWN_ISSUE,
+    STARTUP_TIMEOUT_SECONDS,
     RunningKernel,
+    install_kernel_spec,
+    kernel_env,
     process_is_gone,
     processes_mentioning,
     start_kernel,
@@ -148,6 +154,46 @@ def test_two_kernels_at_once_keep_their_own_state(
     kernel.run_ok("open('/app/mine.txt', 'w').write('first')")
     assert (kernel.workspace / "mine.txt").read_text() == "first"
     assert not (fresh_kernel.workspace / "mine.txt").exists()
+
+
+def test_kernel_info_waits_for_the_clients_iopub(tmp_path: Path) -> None:
+    """A client's iopub connects apart from its shell; the kernel_info reply waits for it, so
+    the first cell's 'busy' and 'idle' reach a client that runs it at once (jupyter console
+    does, and waited forever for an 'idle' dropped before its subscription). A client that
+    never subscribes still gets its reply."""
+    install_kernel_spec()
+    root = tmp_path / "kernel"
+    km = KernelManager(kernel_name=KERNEL_NAME)
+    km.start_kernel(cwd=str(tmp_path), env=kernel_env(root))
+    client = km.client()
+    try:
+        client.start_channels(shell=True, iopub=False, stdin=False, hb=False, control=False)
+        client.comm_info()  # answered without waiting: the kernel is up and serving its shell
+        assert client.get_shell_msg(timeout=STARTUP_TIMEOUT_SECONDS)["msg_type"] == (
+            "comm_info_reply"
+        )
+        asked = client.kernel_info()
+        with pytest.raises(queue.Empty):  # nobody listens on iopub yet
+            client.get_shell_msg(timeout=1.0)
+
+        client.iopub_channel.start()
+        reply = client.get_shell_msg(timeout=30)
+        assert reply["parent_header"]["msg_id"] == asked
+        ran = client.execute("print(6*7)")
+        states = []
+        while "idle" not in states:
+            message = client.get_iopub_msg(timeout=30)
+            if message["parent_header"].get("msg_id") == ran and message["msg_type"] == "status":
+                states.append(message["content"]["execution_state"])
+        assert states == ["busy", "idle"]
+        assert client.get_shell_msg(timeout=30)["parent_header"]["msg_id"] == ran
+
+        client.iopub_channel.stop()  # the last subscriber leaves: a reply waits, and comes
+        asked = client.kernel_info()
+        assert client.get_shell_msg(timeout=30)["parent_header"]["msg_id"] == asked
+    finally:
+        client.stop_channels()
+        km.shutdown_kernel(now=True)
 
 
 # -- execute_request options ------------------------------------------------------------------
