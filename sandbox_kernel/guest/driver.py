@@ -90,11 +90,19 @@ _MISSING = object()
 _NO_CTX = object()
 
 
-def install(door: Callable[[bytes], bytes] | None = None, main_module: Any = None) -> Driver:
+def install(
+    door: Callable[[bytes], bytes] | None = None,
+    main_module: Any = None,
+    *,
+    workdir: str | None = None,
+    shell: bool = False,
+) -> Driver:
     """Create the session's driver, bind it and its helpers, say hello to the host.
 
     `door` defaults to the guest's `_host.call`; `main_module` to sys.modules["__main__"].
     A driver already bound in that module is uninstalled first, so patches never stack.
+    `workdir` becomes the working directory; `shell` runs cells through IPython (the module
+    sandbox_kernel_shell, loaded before this call).
     """
     if door is None:
         import _host  # the WebAssembly guest's builtin door module
@@ -106,6 +114,10 @@ def install(door: Callable[[bytes], bytes] | None = None, main_module: Any = Non
         previous.uninstall()
     driver = Driver(door, main)
     driver.bind()
+    if workdir is not None:
+        os.chdir(workdir)
+    if shell:
+        driver.shell = sys.modules["sandbox_kernel_shell"].start(driver, main)
     with memoryview(driver.flag) as view:  # hex of the pattern without copying its bytes
         magic = view[1:].hex()
     driver.request("hello", flag_magic=magic)
@@ -129,6 +141,8 @@ class Driver:
         self.flag = _new_flag()  # never resized: the host holds its address
         self.displays: list[dict[str, Any]] = []  # the running cell's, in order
         self._undo: list[Callable[[], None]] = []
+        self.shell: Any = None  # IPython's shell (shell.py), when cells run through it
+        self._outcome: dict[str, Any] = {}  # what the shell reported for the running cell
         # What running cells needs, as keep() found it at install (repair() puts it back).
         self._kept: list[tuple[Any, str, Any]] = []
         self._methods: dict[str, Any] = {}
@@ -185,6 +199,16 @@ class Driver:
         """Run cell `n`, whose text is `source`, and report the outcome with `done`."""
         self.flag[0] = 0
         self.displays = []
+        if self.shell is not None:
+            reply = self._run_in_shell(n, source)
+        else:
+            reply = self._run_plain(n, source)
+        self.repair()
+        _flush_streams()
+        reply["displays"] = self.displays
+        self.request("done", cell=n, reply=reply)
+
+    def _run_plain(self, n: int, source: str) -> dict[str, Any]:
         status, error, value = "ok", None, None
         result: dict[str, Any] | None = None
         metadata: dict[str, Any] = {}
@@ -197,11 +221,60 @@ class Driver:
         except BaseException as exc:  # whatever the cell raised, SystemExit too, is its outcome
             status, error = "error", self._error(exc)
         self._flush_figures(shown=value)
-        self.repair()
-        _flush_streams()
-        reply = {"status": status, "error": error, "result": result}
-        reply.update(result_metadata=metadata, displays=self.displays)
-        self.request("done", cell=n, reply=reply)
+        return {"status": status, "error": error, "result": result, "result_metadata": metadata}
+
+    def _run_in_shell(self, n: int, source: str) -> dict[str, Any]:
+        """The cell through IPython (transforms, magics, display hook, tracebacks), numbered
+        as the host numbers it so In[n] and Out[n] match the client's prompt."""
+        shell = self.shell
+        self._outcome = {}
+        shell.execution_count = n
+        try:
+            ran = shell.run_cell(source, store_history=True)
+            failure = ran.error_before_exec or ran.error_in_exec
+        except BaseException as exc:  # IPython's own machinery failed: still a reply
+            failure = exc
+            self._outcome["error"] = self._error(exc)
+        error = self._outcome.get("error")
+        if failure is None:
+            status, error = "ok", None
+            if self._outcome.get("error"):  # a formatter's failure, shown, the cell went on
+                print("\n".join(self._outcome["error"]["traceback"]), file=sys.stderr)
+        else:
+            status = "cancelled" if isinstance(failure, KeyboardInterrupt) else "error"
+            if error is None:
+                error = self._error(failure)
+        payload = list(shell.payload_manager.read_payload())
+        shell.payload_manager.clear_payload()
+        return {
+            "status": status,
+            "error": error,
+            "result": self._outcome.get("result"),
+            "result_metadata": self._outcome.get("result_metadata", {}),
+            "payload": payload,
+        }
+
+    # -- what the shell reports (shell.py) -------------------------------------------------
+
+    def set_result(self, data: dict[str, Any], metadata: dict[str, Any]) -> None:
+        self._outcome["result"], self._outcome["result_metadata"] = data, metadata
+
+    def set_error(self, etype: Any, evalue: Any, stb: list[str]) -> None:
+        name = getattr(etype, "__name__", None) or type(evalue).__name__
+        evalue_text = _safe_str(evalue) if isinstance(evalue, BaseException) else str(evalue)
+        self._outcome["error"] = {"ename": name, "evalue": evalue_text, "traceback": list(stb)}
+
+    def publish_display(self, message: dict[str, Any]) -> None:
+        """A display, or an update of one by its display_id, shown now."""
+        self._send_display(message)
+
+    def clear_output(self, wait: bool = False) -> None:
+        self._bridge("clear_output", wait=bool(wait))
+
+    @staticmethod
+    def loop_checks() -> ast.NodeTransformer:
+        """The transformer that puts the soft interrupt's check into every loop of a cell."""
+        return _LoopChecks()
 
     def _execute(self, n: int, source: str) -> Any:
         """Run the cell in __main__; the value of its last expression (None if it has none)."""

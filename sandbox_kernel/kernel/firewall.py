@@ -50,6 +50,7 @@ MAX_METADATA_BYTES = 64 * 1024
 MAX_COMPLETIONS = 2_000
 MAX_COMPLETION_CHARS = 1_000
 MAX_ERROR_CHARS = 100_000
+MAX_DISPLAY_ID_CHARS = 256  # IPython makes 32 hex digits; a longer one is not its
 # Layout keys of per-MIME metadata that frontends read; anything else is dropped.
 METADATA_KEYS = frozenset({"width", "height", "unconfined", "needs_background", "expanded"})
 _BASE64 = re.compile(r"[A-Za-z0-9+/=\s]*")
@@ -159,6 +160,13 @@ class OutputFirewall:
             else:
                 out.append({"source": "ask_exit", "keepkernel": bool(item.get("keepkernel"))})
         return out, tuple(removed)
+
+    def transient(self, transient: object) -> dict[str, Any]:
+        """A display's transient part: only a display_id, a short string."""
+        found = transient.get("display_id") if isinstance(transient, dict) else None
+        if isinstance(found, str) and 0 < len(found) <= MAX_DISPLAY_ID_CHARS:
+            return {"display_id": found}
+        return {}
 
     def inspect_reply(self, reply: object) -> dict[str, Any]:
         """inspect_reply content from the guest's answer; a note in text/plain if cut."""

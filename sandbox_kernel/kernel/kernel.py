@@ -29,7 +29,7 @@ from sandbox_kernel.kernel.stdin import StdinReader
 from sandbox_kernel.kernel.streams import StreamPublisher
 from sandbox_kernel.llm import LLMConfigError, LLMService
 from sandbox_kernel.repl.bridges import stop_check
-from sandbox_kernel.repl.models import CodeExecution
+from sandbox_kernel.repl.models import CodeExecution, DisplayMessage
 from sandbox_kernel.repl.sandbox import ReplSandbox
 
 __all__ = ["SandboxKernel"]
@@ -101,7 +101,11 @@ class SandboxKernel(Kernel):
         # Why the model settings are unusable (llm_query and %sandbox say it), or None.
         self.llm_error: str | None = self.settings.llm_error
         self.llm = self._llm_service()
-        config = self.settings.repl_config(on_display=self._display, on_input=self._input)
+        config = self.settings.repl_config(
+            on_display_message=self._display,
+            on_clear_output=self._clear_output,
+            on_input=self._input,
+        )
         if self.llm is not None:
             config = self.llm.configure(config)
         elif self.llm_error is not None:
@@ -148,10 +152,18 @@ class SandboxKernel(Kernel):
             self.iopub_socket, "stream", content, parent=parent, ident=self._topic("stream")
         )
 
-    def _display(self, data: dict[str, Any], metadata: dict[str, Any]) -> None:
+    def _display(self, message: DisplayMessage) -> None:
+        """display() and IPython's update_display (by display_id), through the firewall."""
         if not self._silent:
-            shown = self.firewall.bundle(data, metadata)
-            self._send_shown("display_data", messages.display_content(shown), shown)
+            shown = self.firewall.bundle(message.data, message.metadata)
+            transient = self.firewall.transient(message.transient)
+            updates = message.update and "display_id" in transient
+            msg_type = "update_display_data" if updates else "display_data"
+            self._send_shown(msg_type, messages.display_content(shown, transient), shown)
+
+    def _clear_output(self, wait: bool) -> None:
+        if not self._silent:
+            self.send_response(self.iopub_socket, "clear_output", messages.clear_output(wait))
 
     def _send_shown(self, msg_type: str, content: dict[str, Any], shown: Shown) -> None:
         """A bundle that passed the firewall, then the note on what it removed (an output
@@ -340,7 +352,11 @@ class SandboxKernel(Kernel):
                 self._send_shown("execute_result", content, shown)
             if error is not None:
                 self.send_response(self.iopub_socket, "error", error)
-        return messages.execute_reply(execution, count, expressions, error)
+        payload, removed = self.firewall.payloads(execution.payload)
+        if removed and not silent:
+            self._removed.extend(removed)
+            self._stream("stderr", Shown(data={}, metadata={}, removed=removed).note or "")
+        return messages.execute_reply(execution, count, expressions, error, payload)
 
     def _user_expressions(self, expressions: dict[str, Any]) -> dict[str, Any]:
         """On a worker thread: all of them in one call into the guest (policy limits, ended by

@@ -1,7 +1,9 @@
 """Jupyter message contents built from the REPL's models: the one place they are written.
 
     stream          {"name": "stdout" | "stderr", "text": ...}
-    display_data    {"data": {...}, "metadata": {...}, "transient": {}}
+    display_data    {"data": {...}, "metadata": {...}, "transient": {"display_id"?}}
+    update_display_data  (the same, for an earlier display with that display_id)
+    clear_output    {"wait": bool}
     execute_result  {"execution_count": n, "data": {...}, "metadata": {...}}
     error           {"ename", "evalue", "traceback"}      (iopub, and merged into the reply)
     execute_reply   {"status", "execution_count", "user_expressions", "payload"} (+ error)
@@ -20,6 +22,7 @@ from sandbox_kernel.kernel.firewall import Shown
 from sandbox_kernel.repl.models import CodeExecution, ExecutionStatus
 
 __all__ = [
+    "clear_output",
     "display_content",
     "error_content",
     "execute_reply",
@@ -32,8 +35,13 @@ def stream_content(name: str, text: str) -> dict[str, Any]:
     return {"name": name, "text": text}
 
 
-def display_content(shown: Shown) -> dict[str, Any]:
-    return {"data": shown.data, "metadata": shown.metadata, "transient": {}}
+def display_content(shown: Shown, transient: dict[str, Any] | None = None) -> dict[str, Any]:
+    """display_data and update_display_data; `transient` holds the display_id, if any."""
+    return {"data": shown.data, "metadata": shown.metadata, "transient": transient or {}}
+
+
+def clear_output(wait: bool) -> dict[str, Any]:
+    return {"wait": bool(wait)}
 
 
 def execute_result_content(count: int, shown: Shown) -> dict[str, Any]:

@@ -102,6 +102,7 @@ class KernelSettings(BaseModel):
             timeout_ms=int(self.policy.timeout_seconds * 1000),
             max_output_length=self.policy.stdout_max_bytes,
             warm_start_modules=self.warm_start_modules,
+            ipython=True,  # notebooks written for ipykernel: magics, `obj?`, await, Out
             **callbacks,  # type: ignore[arg-type]
         )
 

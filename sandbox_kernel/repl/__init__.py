@@ -4,13 +4,20 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from sandbox_kernel.repl.models import CodeExecution, ExecutionStatus, REPLConfig
+from sandbox_kernel.repl.models import CodeExecution, DisplayMessage, ExecutionStatus, REPLConfig
 from sandbox_kernel.repl.sandbox import ReplSandbox
 
 if TYPE_CHECKING:
     from sandbox_kernel.repl.native import NativeReplSandbox
 
-__all__ = ["CodeExecution", "ExecutionStatus", "REPLConfig", "ReplSandbox", "create_repl"]
+__all__ = [
+    "CodeExecution",
+    "DisplayMessage",
+    "ExecutionStatus",
+    "REPLConfig",
+    "ReplSandbox",
+    "create_repl",
+]
 
 
 def create_repl(config: REPLConfig | None = None) -> ReplSandbox | NativeReplSandbox:

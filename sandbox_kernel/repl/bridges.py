@@ -20,7 +20,7 @@ from typing import Any
 
 from sandbox_kernel.host.session import StopTurn
 from sandbox_kernel.repl import protocol
-from sandbox_kernel.repl.models import REPLConfig
+from sandbox_kernel.repl.models import DisplayMessage, REPLConfig
 from sandbox_kernel.repl.protocol import CellReply, error_answer, ok_answer
 
 __all__ = ["Bridge", "LineSplitter", "escalate_after", "stop_check"]
@@ -202,12 +202,31 @@ class Bridge:
         return protocol.encode_context(self._context())
 
     def _op_display(self, request: dict[str, Any]) -> bytes:
-        callback = self.config.on_display
+        try:
+            message = DisplayMessage(
+                data=dict(request.get("data") or {}),
+                metadata=dict(request.get("metadata") or {}),
+                transient=dict(request.get("transient") or {}),
+                update=request.get("update") is True,
+            )
+        except (TypeError, ValueError) as exc:
+            return error_answer("ValueError", f"malformed display: {_describe(exc)}")
+        try:
+            if self.config.on_display_message is not None:
+                self.config.on_display_message(message)
+            elif self.config.on_display is not None:
+                self.config.on_display(message.data, message.metadata)
+        except Exception as exc:
+            return error_answer("RuntimeError", f"on_display failed: {_describe(exc)}")
+        return ok_answer()
+
+    def _op_clear_output(self, request: dict[str, Any]) -> bytes:
+        callback = self.config.on_clear_output
         if callback is not None:
             try:
-                callback(dict(request.get("data") or {}), dict(request.get("metadata") or {}))
+                callback(request.get("wait") is True)
             except Exception as exc:
-                return error_answer("RuntimeError", f"on_display failed: {_describe(exc)}")
+                return error_answer("RuntimeError", f"on_clear_output failed: {_describe(exc)}")
         return ok_answer()
 
     # -- waits -------------------------------------------------------------------------------

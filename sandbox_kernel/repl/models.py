@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 from sandbox_kernel.core.policy import ExecutionPolicy
 from sandbox_kernel.core.usage import LLMUsage
 
-__all__ = ["CodeExecution", "ExecutionStatus", "REPLConfig"]
+__all__ = ["CodeExecution", "DisplayMessage", "ExecutionStatus", "REPLConfig"]
 
 LineCallback = Callable[[str], None]
 
@@ -27,6 +27,18 @@ class ExecutionStatus(StrEnum):
     OUT_OF_FUEL = "out_of_fuel"
     MEMORY = "memory"
     CANCELLED = "cancelled"
+
+
+class DisplayMessage(BaseModel):
+    """A display from the guest: its bundle, and for IPython's display_id the transient part
+    ({"display_id": ...}) and whether it updates an earlier display with that id."""
+
+    model_config = ConfigDict(frozen=True)
+
+    data: dict[str, Any]
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    transient: dict[str, Any] = Field(default_factory=dict)
+    update: bool = False
 
 
 class REPLConfig(BaseModel):
@@ -57,6 +69,13 @@ class REPLConfig(BaseModel):
     on_rlm_query: Callable[[str, Any], str] | None = None
     on_input: Callable[[str, bool], str] | None = None  # (prompt, password) -> line
     on_display: Callable[[dict[str, Any], dict[str, Any]], None] | None = None
+    # Displays with their display_id and update flag (update_display); when set, used instead
+    # of on_display. on_clear_output(wait) for IPython's clear_output.
+    on_display_message: Callable[[DisplayMessage], None] | None = None
+    on_clear_output: Callable[[bool], None] | None = None
+    # Cells run through IPython inside the guest (magics, `obj?`, top-level await, Out/_N):
+    # the kernel's sessions. Needs the guest library (host/guest_library.py).
+    ipython: bool = False
     # The running total of the session's model usage (LLMService.configure sets it): each
     # execution reports the difference as CodeExecution.llm.
     llm_usage: Callable[[], LLMUsage] | None = None
@@ -77,6 +96,7 @@ class CodeExecution(BaseModel):
     result: dict[str, Any] | None = None  # the last expression's MIME bundle
     result_metadata: dict[str, Any] = Field(default_factory=dict)  # the bundle's metadata
     displays: list[dict[str, Any]] = Field(default_factory=list)  # {"data", "metadata"}
+    payload: list[dict[str, Any]] = Field(default_factory=list)  # IPython's: `obj?` pages
     duration_ms: float = 0.0
     fuel_consumed: int = 0
     truncated: bool = False

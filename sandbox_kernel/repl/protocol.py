@@ -13,8 +13,10 @@ Guest -> host requests (the driver's side is sandbox_kernel/guest/driver.py):
                                            the soft-interrupt flag byte in guest memory
                -> {"ok": true}
     done       {"cell": n, "reply": {...}}  the cell's outcome (CellReply below) -> {"ok": true}
-    display    {"data": {mime: value}, "metadata": {...}}   a display() or a figure, live
+    display    {"data": {mime: value}, "metadata": {...}}   a display() or a figure, live;
+               IPython's may add "transient": {"display_id": id} and "update": true
                -> {"ok": true}
+    clear_output  {"wait": bool}           IPython's clear_output() -> {"ok": true}
     sleep      {"seconds": s}              time.sleep through the host: bounded by the cell's
                                            deadline, ended early by cancel()
                -> {"ok": true} | {"error": {"type": "KeyboardInterrupt", ...}}
@@ -91,6 +93,7 @@ class CellReply(BaseModel):
     result: dict[str, Any] | None = None  # the last expression's MIME bundle
     result_metadata: dict[str, Any] = Field(default_factory=dict)
     displays: list[dict[str, Any]] = Field(default_factory=list)  # {"data":..., "metadata":...}
+    payload: list[dict[str, Any]] = Field(default_factory=list)  # IPython's payloads
 
 
 def decode_request(frame: bytes) -> dict[str, Any]:

@@ -76,6 +76,7 @@ def execution_from_reply(reply: CellReply, outcome: TurnOutcome, number: int) ->
         result=reply.result,
         result_metadata=reply.result_metadata,
         displays=list(reply.displays),
+        payload=list(reply.payload),
         duration_ms=outcome.duration_ms,
         fuel_consumed=outcome.fuel_consumed,
         truncated=outcome.stdout.truncated or outcome.stderr.truncated,

@@ -33,6 +33,7 @@ from typing import Any
 from sandbox_kernel.core.errors import SandboxExecutionError
 from sandbox_kernel.core.results import LimitKind
 from sandbox_kernel.host.artifacts import python_image
+from sandbox_kernel.host.guest_library import GUEST_PATH, guest_library, requirements_text
 from sandbox_kernel.host.session import (
     GuestSession,
     MemoryImage,
@@ -43,7 +44,7 @@ from sandbox_kernel.host.session import (
 from sandbox_kernel.host.wasi_config import Preopen
 from sandbox_kernel.repl import warm
 from sandbox_kernel.repl.bridges import Bridge, LineSplitter, escalate_after
-from sandbox_kernel.repl.guest_sources import loader_source, read_sources
+from sandbox_kernel.repl.guest_sources import loader_source
 from sandbox_kernel.repl.models import CodeExecution, ExecutionStatus, REPLConfig
 from sandbox_kernel.repl.protocol import DRIVER_NAME, run_cell_turn
 from sandbox_kernel.repl.results import UsageReading, execution_from_reply, stopped_execution
@@ -86,15 +87,29 @@ GUEST_MODULES = (
 )
 
 
-def driver_source() -> str:
-    """All guest sources, for keys that must change when any of them does."""
-    return "\n".join(read_sources(GUEST_MODULES).values())
+# With IPython (REPLConfig.ipython): the shell, loaded once the guest library is on sys.path.
+SHELL_MODULES = (("sandbox_kernel_shell", "shell.py"),)
 
 
-def install_source() -> str:
-    """The turn that loads the guest modules and installs the driver."""
-    install = "__import__('sys').modules['sandbox_kernel_driver'].install()\n"
-    return loader_source(GUEST_MODULES, then=install)
+def driver_source(ipython: bool = False, workdir: str = "/app") -> str:
+    """What a warm image depends on besides the binary and modules: the turn that installs
+    the driver (all guest sources, the working folder) and, with IPython, the guest library's
+    requirements."""
+    return install_source(workdir, ipython) + (requirements_text() if ipython else "")
+
+
+def install_source(workdir: str, ipython: bool = False) -> str:
+    """The turn that loads the guest modules and installs the driver, working in `workdir`."""
+    install = (
+        "__import__('sys').modules['sandbox_kernel_driver']"
+        f".install(workdir={workdir!r}, shell={ipython!r}) and None\n"  # no value: no `_`
+    )
+    if not ipython:
+        return loader_source(GUEST_MODULES, then=install)
+    shell = loader_source(SHELL_MODULES, then=install)
+    return loader_source(
+        GUEST_MODULES, then=f"__import__('sys').path.append({GUEST_PATH!r})\n{shell}"
+    )
 
 
 class ReplSandbox:
@@ -168,6 +183,9 @@ class ReplSandbox:
             data = Path(policy.mount_data_dir).resolve()
             preopens.append(Preopen(data, policy.guest_data_path, writable=False))
         preopens.append(Preopen(Path(self._scratch.name), "/tmp", writable=True))
+        ipython = self.config.ipython
+        if ipython:
+            preopens.append(Preopen(guest_library(), GUEST_PATH, writable=False))
         config = SessionConfig(
             preopens=preopens,
             env=policy.guest_env(),
@@ -177,19 +195,20 @@ class ReplSandbox:
         image = python_image()
         self._session = GuestSession(image, config, self.bridge)
         layout = warm.layout_of(preopens)  # an image is only valid for the same folders
-        saved = warm.load(image, driver_source(), self.config.warm_start_modules, layout)
+        # IPython is worth an image by itself: importing it costs seconds.
+        wanted = self.config.warm_start_modules or (("IPython",) if ipython else ())
+        driver = driver_source(ipython, policy.guest_mount_path)
+        saved = warm.load(image, driver, wanted, layout)
         if saved is not None and len(saved.data) <= policy.memory_bytes:
             self._session.restore(saved)
             self._image = saved  # the session's memory now: later captures patch it
             return
-        self._setup_turn(install_source(), hello=True)
+        self._setup_turn(install_source(policy.guest_mount_path, ipython), hello=True)
         if self.bridge.flag_magic is not None:
             self._session.locate_flag(self.bridge.flag_magic)
-        if self.config.warm_start_modules:
-            modules = ", ".join(self.config.warm_start_modules)
-            self._setup_turn(f"import {modules}")
-            wanted = self.config.warm_start_modules
-            warm.save(image, driver_source(), wanted, self._session, layout)
+        if wanted:
+            self._setup_turn(f"import {', '.join(wanted)}")
+            warm.save(image, driver, wanted, self._session, layout)
 
     def _setup_turn(self, source: str, *, hello: bool = False) -> None:
         """A turn of our own code (driver install, warm imports): it must succeed."""

@@ -1,0 +1,202 @@
+"""IPython inside the sandbox: the shell that runs a kernel session's cells.
+
+Runs INSIDE the sandbox's CPython, loaded as the module "sandbox_kernel_shell" after the guest
+library (IPython and its pure-Python dependencies, read-only at /usr/local/lib/site-packages)
+is on sys.path. As JupyterLite's pyodide-kernel does in Pyodide, it is IPython's own
+`InteractiveShell`, with the parts that would talk to a terminal or a ZMQ socket replaced by
+the driver's door (driver.py):
+
+- display publisher: display(), update_display(), clear_output() and matplotlib figures go to
+  the host as they happen, with their display_id and update flag;
+- display hook: the cell's result becomes the execute_result bundle (IPython's formatters,
+  `Out`, `_`, `_N` as in ipykernel);
+- tracebacks: IPython's, sent as the error reply instead of printed;
+- the pager: `obj?` and `obj??` become a `page` payload, as in ipykernel.
+
+What WebAssembly cannot do is refused or replaced here, in one place, each with its reason:
+processes (`!cmd`, `%sx`, `%%bash`, `%%script`, `%pip`): WASI has no process API; the event
+loop for top-level `await`: asyncio's default loop wakes itself through a socket pair, and
+WASI has no sockets, so the loop below sleeps through the door instead; threads: IPython's
+history is kept in memory, without its saving thread.
+
+Must import only the standard library at module level: IPython is imported by `start()`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import selectors
+import time
+from typing import Any
+
+__all__ = ["NO_PROCESSES", "start"]
+
+NO_PROCESSES = (
+    "the sandbox runs no processes (WebAssembly has no way to start one): {what} is not "
+    "available; use Python instead (os, shutil, pathlib, glob for files)"
+)
+INLINE_BACKEND = "module://matplotlib_inline.backend_inline"
+# Cell magics that start a program: IPython's ScriptMagics and its shortcuts.
+_SCRIPT_CELL_MAGICS = ("script", "bash", "sh", "perl", "ruby", "python2", "python3", "pypy", "js")
+_PROCESS_LINE_MAGICS = ("sx", "system", "pip", "conda", "mamba", "micromamba", "uv")
+
+
+class NoProcessesError(OSError):
+    """What `!cmd` and its relatives raise in the sandbox."""
+
+
+class _SleepSelector(selectors.BaseSelector):
+    """A selector with nothing to select: waits sleep (through the door, so they end on an
+    interrupt or the cell's deadline) and there are no sockets to register."""
+
+    def register(self, fileobj: Any, events: int, data: Any = None) -> selectors.SelectorKey:
+        raise NoProcessesError("the sandbox has no sockets or pipes to wait on")
+
+    def unregister(self, fileobj: Any) -> selectors.SelectorKey:
+        raise KeyError(fileobj)
+
+    def select(self, timeout: float | None = None) -> list[Any]:
+        if timeout is None:
+            raise RuntimeError("the event loop would wait forever: nothing can wake it")
+        if timeout > 0:
+            time.sleep(timeout)
+        return []
+
+    def get_map(self) -> dict[Any, selectors.SelectorKey]:
+        return {}
+
+
+class SandboxEventLoop(asyncio.BaseEventLoop):
+    """asyncio's event loop without its self-pipe: callbacks, tasks, futures and timers work;
+    sockets and subprocesses do not exist here."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._selector = _SleepSelector()
+
+    def _process_events(self, event_list: list[Any]) -> None:
+        pass
+
+    def _write_to_self(self) -> None:  # only threads need to wake the loop; there are none
+        pass
+
+
+def _new_event_loop() -> asyncio.AbstractEventLoop:
+    return SandboxEventLoop()
+
+
+def start(driver: Any, main_module: Any) -> Any:
+    """Create the session's shell over `main_module` (its namespace is the user's) and return
+    it. IPython is imported here, once, from the guest library."""
+    from IPython.core import page, payloadpage
+    from traitlets.config import Config
+
+    config = Config()
+    config.HistoryManager.hist_file = ":memory:"  # no file, no saving thread
+    config.InteractiveShell.colors = "Linux"
+    os.environ["MPLBACKEND"] = INLINE_BACKEND  # as ipykernel: figures show below the cell
+    asyncio.events.new_event_loop = asyncio.new_event_loop = _new_event_loop  # asyncio.run too
+    shell = _shell_class(driver).instance(config=config, user_module=main_module)
+    shell.loop_runner = _LoopRunner()
+    shell.set_hook("show_in_pager", page.as_hook(payloadpage.page), 99)
+    for name in _SCRIPT_CELL_MAGICS:
+        shell.register_magic_function(_refuse(name, "%%"), "cell", name)
+    for name in _PROCESS_LINE_MAGICS:
+        shell.register_magic_function(_refuse(name, "%"), "line", name)
+    shell.ast_transformers.append(driver.loop_checks())
+    return shell
+
+
+def _output_classes(driver: Any) -> tuple[Any, Any]:
+    """IPython's display publisher and display hook, answering through `driver`."""
+    from IPython.core.displayhook import DisplayHook
+    from IPython.core.displaypub import DisplayPublisher
+
+    class DoorDisplayPublisher(DisplayPublisher):
+        def publish(  # type: ignore[override]
+            self,
+            data: dict[str, Any],
+            metadata: dict[str, Any] | None = None,
+            source: Any = None,
+            *,
+            transient: dict[str, Any] | None = None,
+            update: bool = False,
+            **kwargs: Any,
+        ) -> None:
+            message = {"data": data, "metadata": metadata or {}}
+            if transient:
+                message["transient"] = transient
+            if update:
+                message["update"] = True
+            driver.publish_display(message)
+
+        def clear_output(self, wait: bool = False) -> None:
+            driver.clear_output(wait)
+
+    class DoorDisplayHook(DisplayHook):
+        def write_output_prompt(self) -> None:
+            pass
+
+        def write_format_data(
+            self, format_dict: dict[str, Any], md_dict: dict[str, Any] | None = None
+        ) -> None:
+            driver.set_result(format_dict, md_dict or {})
+
+        def finish_displayhook(self) -> None:
+            pass
+
+    return DoorDisplayPublisher, DoorDisplayHook
+
+
+def _shell_class(driver: Any) -> Any:
+    """IPython's InteractiveShell, answering through `driver`."""
+    from IPython.core.error import UsageError
+    from IPython.core.interactiveshell import InteractiveShell
+
+    publisher, hook = _output_classes(driver)
+
+    class SandboxShell(InteractiveShell):
+        """IPython's shell, answering through the door."""
+
+        display_pub_class = publisher
+        displayhook_class = hook
+
+        def _showtraceback(self, etype: Any, evalue: Any, stb: list[str]) -> None:
+            driver.set_error(etype, evalue, stb)
+
+        def enable_gui(self, gui: str | None = None) -> None:
+            if gui not in (None, "inline"):
+                raise UsageError(f"the sandbox has no windows: only `inline` plots, not {gui!r}")
+
+        def system_piped(self, cmd: str) -> None:
+            raise NoProcessesError(NO_PROCESSES.format(what=f"`!{cmd}`"))
+
+        system_raw = system = system_piped
+
+        def getoutput(self, cmd: str, split: bool = True, depth: int = 0) -> Any:
+            raise NoProcessesError(NO_PROCESSES.format(what=f"`!!{cmd}`"))
+
+    return SandboxShell
+
+
+def _refuse(name: str, prefix: str) -> Any:
+    def magic(line: str = "", cell: str | None = None) -> None:
+        raise NoProcessesError(NO_PROCESSES.format(what=f"`{prefix}{name}`"))
+
+    magic.__doc__ = f"Not available in the sandbox: {NO_PROCESSES.format(what=prefix + name)}"
+    return magic
+
+
+class _LoopRunner:
+    """Runs a cell that awaits at top level on the session's one event loop (so futures and
+    tasks made in one cell can be awaited in the next, as in ipykernel)."""
+
+    def __init__(self) -> None:
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    def __call__(self, coro: Any) -> Any:
+        if self.loop is None or self.loop.is_closed():
+            self.loop = SandboxEventLoop()
+        asyncio.set_event_loop(self.loop)
+        return self.loop.run_until_complete(coro)
