@@ -408,7 +408,15 @@ class SandboxKernel(Kernel):
         pattern: str | None = None,
         unique: bool = False,
     ) -> dict[str, Any]:
-        entries = magics.history(self._history, hist_access_type, n)
+        entries = magics.history(
+            self._history,
+            hist_access_type,
+            n,
+            pattern=pattern,
+            unique=unique,
+            start=start,
+            stop=stop,
+        )
         if output:  # (session, line, (input, output)); outputs are not kept
             return {"status": "ok", "history": [(a, b, (code, None)) for a, b, code in entries]}
         return {"status": "ok", "history": entries}

@@ -5,19 +5,22 @@
                              stdout_max_bytes, stderr_max_bytes)
     %context PATH            load a workspace file as `context` (text, or bytes if not UTF-8)
     %sandbox                 fuel, memory and time used, the image, rollbacks
-    %who                     the session's variables
+
+Every other magic (%time, %who, %matplotlib ...) is IPython's, inside the guest.
 
 Must not import: ipykernel (the kernel passes itself in).
 """
 
 from __future__ import annotations
 
-import codeop
+import fnmatch
 import os
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from IPython.core.inputtransformer2 import TransformerManager
 
 from sandbox_kernel.core.errors import PolicyValidationError
 
@@ -27,14 +30,9 @@ if TYPE_CHECKING:
 __all__ = ["CONTEXT_MAX_BYTES", "MagicResult", "handle", "history", "is_complete"]
 
 CONTEXT_MAX_BYTES = 256 * 1024 * 1024  # %context reads no more than the door could carry
+_TRANSFORMER = TransformerManager()  # type: ignore[no-untyped-call]  # IPython's, for is_complete
 
 _SESSION_SETTABLE = ("fuel_budget", "timeout_seconds", "stdout_max_bytes", "stderr_max_bytes")
-_WHO = (
-    "print(' '.join(sorted(n for n, v in globals().items() if not n.startswith('_') "
-    "and n not in ('In', 'Out', 'exit', 'quit', 'context') "
-    "and type(v).__name__ not in ('module', 'function', 'builtin_function_or_method', "
-    "'type')) or ['(no variables)']))"
-)
 
 
 @dataclass(frozen=True)
@@ -159,43 +157,42 @@ def _llm_line(kernel: SandboxKernel) -> str:
     return text + (f"; budget: {', '.join(caps)}" if caps else "")
 
 
-def _who(kernel: SandboxKernel, args: str) -> str:
-    """Listed by the guest itself, and printed by the kernel."""
-    execution = kernel.repl.execute(_WHO, on_stdout=_ignore, on_stderr=_ignore)
-    if not execution.ok:
-        raise ValueError(f"could not list the variables: {execution.error}")
-    return execution.stdout
-
-
-def _ignore(line: str) -> None:
-    """The listing is returned, not streamed."""
-
-
-_MAGICS = {"policy": _policy, "context": _context, "sandbox": _sandbox, "who": _who}
+_MAGICS = {"policy": _policy, "context": _context, "sandbox": _sandbox}
 
 
 def is_complete(code: str) -> dict[str, Any]:
-    """Jupyter's is_complete_reply, judged with the host's parser (magics are complete; a cell
-    magic such as %%sql, as in IPython, once a blank line ends it)."""
-    if code.lstrip().startswith("%%"):
-        done = "\n" in code.strip() and not code.splitlines()[-1].strip()
-        return {"status": "complete"} if done else {"status": "incomplete", "indent": ""}
-    if code.strip().startswith("%"):
-        return {"status": "complete"}
-    try:
-        compiled = codeop.compile_command(code, "<cell>", "exec")
-    except (SyntaxError, ValueError, OverflowError):
-        return {"status": "invalid"}
-    if compiled is None:
-        return {"status": "incomplete", "indent": "    " if code.rstrip().endswith(":") else ""}
-    return {"status": "complete"}
+    """Jupyter's is_complete_reply, as IPython judges it (magics, indented blocks), on the
+    host: no guest code runs for it."""
+    status, indent = _TRANSFORMER.check_complete(code)
+    if status == "incomplete":
+        return {"status": status, "indent": " " * (indent or 0)}
+    return {"status": status}
 
 
 def history(
-    entries: list[tuple[int, int, str]], access: str, n: int | None
+    entries: list[tuple[int, int, str]],
+    access: str,
+    n: int | None = None,
+    *,
+    pattern: str | None = None,
+    unique: bool = False,
+    start: int | None = None,
+    stop: int | None = None,
 ) -> list[tuple[int, int, str]]:
-    """(session, line, source) entries of this kernel's executions, newest last. Kept in
-    memory, never read back from the run log: that file sits in the guest's workspace."""
-    if access == "tail" and n:
-        return entries[-n:]
-    return list(entries)
+    """(session, line, source) entries of this kernel's executions, oldest first, as
+    IPython's history answers: `tail` the last n, `range` lines start to stop (stop
+    excluded), `search` those matching the glob `pattern` (case-sensitive), with `unique`
+    keeping only the latest of equal sources, then the last n. Kept in memory, never read
+    back from the run log: that file sits in the guest's workspace."""
+    if access == "range":
+        low, high = start or 0, stop
+        return [e for e in entries if e[1] >= low and (high is None or e[1] < high)]
+    if access == "search":
+        found = [e for e in entries if fnmatch.fnmatchcase(e[2], pattern or "*")]
+        if unique:
+            latest = {source: line for _, line, source in found}
+            found = [e for e in found if latest[e[2]] == e[1]]
+        return found[-n:] if n else found
+    if access == "tail":
+        return entries[-n:] if n else list(entries)
+    return []

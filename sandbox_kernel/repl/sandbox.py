@@ -112,6 +112,13 @@ def install_source(workdir: str, ipython: bool = False) -> str:
     )
 
 
+def _warm_imports(modules: tuple[str, ...]) -> str:
+    """A turn that imports `modules` without binding their names: a session starts with the
+    names an ordinary Python session has (`numpy` is there once a cell imports it)."""
+    name = "__sandbox_kernel_module__"
+    return f"for {name} in {modules!r}:\n    __import__({name})\ndel {name}\n"
+
+
 class ReplSandbox:
     """A persistent sandboxed Python session (the wasm backend)."""
 
@@ -197,7 +204,7 @@ class ReplSandbox:
         layout = warm.layout_of(preopens)  # an image is only valid for the same folders
         # IPython is worth an image by itself: importing it costs seconds.
         wanted = self.config.warm_start_modules or (("IPython",) if ipython else ())
-        driver = driver_source(ipython, policy.guest_mount_path)
+        driver = driver_source(ipython, policy.guest_mount_path) + _warm_imports(wanted)
         saved = warm.load(image, driver, wanted, layout)
         if saved is not None and len(saved.data) <= policy.memory_bytes:
             self._session.restore(saved)
@@ -207,7 +214,7 @@ class ReplSandbox:
         if self.bridge.flag_magic is not None:
             self._session.locate_flag(self.bridge.flag_magic)
         if wanted:
-            self._setup_turn(f"import {', '.join(wanted)}")
+            self._setup_turn(_warm_imports(wanted))
             warm.save(image, driver, wanted, self._session, layout)
 
     def _setup_turn(self, source: str, *, hello: bool = False) -> None:

@@ -1,9 +1,9 @@
 """The kernel against jupyter_kernel_test: the messaging protocol as every client expects it.
 
 KernelTests starts one kernel for the class (setUpClass); here it starts in a temporary folder
-with its own workspace, as the other kernel tests do. Samples the kernel does not support are
-left unset, so their tests skip: the pager (no `?` help payloads), history search and range
-(the kernel keeps only an in-memory list of this session's cells), clear_output.
+with its own workspace, as the other kernel tests do. The samples are those ipykernel passes
+(jupyter_kernel_test's own test_ipykernel.py): the pager, history tail, range and search with
+unique and n, is_complete on indented blocks, clear_output.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ class SandboxKernelTests(jupyter_kernel_test.KernelTests):
     code_generate_error = "raise"
     code_execute_result: ClassVar[list[dict[str, str]]] = [
         {"code": "6*7", "result": "42"},
+        {"code": "1+2+3", "result": "6"},  # what code_history_pattern finds
         {"code": "'sand' + 'box'", "result": "'sandbox'"},
     ]
     code_display_data: ClassVar[list[dict[str, str]]] = [
@@ -54,10 +55,14 @@ class SandboxKernelTests(jupyter_kernel_test.KernelTests):
         "print('''hello",
         "def f():",
         "for i in range(3):",
+        "def f(x):\n  x*2",  # IPython: an indented block goes on until a blank line
     ]
     invalid_code_samples: ClassVar[list[str]] = ["import = 7q", "1 +* 2"]
-    supported_history_operations = ("tail",)
+    supported_history_operations = ("tail", "range", "search")
+    code_history_pattern = "1?2*"
     code_inspect_sample = "zip"
+    code_page_something = "zip?"
+    code_clear_output = "from IPython.display import clear_output; clear_output()"
 
     _folder: ClassVar[tempfile.TemporaryDirectory[str]]
 
