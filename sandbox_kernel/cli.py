@@ -50,6 +50,7 @@ def _warm(args: argparse.Namespace) -> int:
 
     from sandbox_kernel.host.artifacts import javascript_image, python_image
     from sandbox_kernel.host.engine import get_engine
+    from sandbox_kernel.host.guest_library import guest_library
 
     handle = get_engine()
     py, js = python_image(), javascript_image()
@@ -68,12 +69,16 @@ def _warm(args: argparse.Namespace) -> int:
         took = time.perf_counter() - started
         state = "cached" if cached else "compiled"
         print(f"{name} guest: {state}, ready in {took:.2f} s", file=sys.stderr)
+    started = time.perf_counter()
+    library = guest_library()  # IPython for the kernel's sessions, from the package index once
+    took = time.perf_counter() - started
+    print(f"guest library (IPython): {library}, ready in {took:.2f} s", file=sys.stderr)
     _warm_kernel_image()
     return 0
 
 
 def _warm_kernel_image() -> None:
-    """The kernel's warm-start image (its default modules imported), made once."""
+    """The kernel's warm-start image (IPython and its default modules imported), made once."""
     import tempfile
     import time
 
@@ -86,7 +91,9 @@ def _warm_kernel_image() -> None:
         data = Path(folder) / "data"  # the kernel always mounts /data (%dataset): same layout
         data.mkdir()
         policy = ExecutionPolicy(**NOTEBOOK_DEFAULTS, mount_data_dir=data)
-        config = REPLConfig(policy=policy, workspace=Path(folder), warm_start_modules=WARM_MODULES)
+        config = REPLConfig(
+            policy=policy, workspace=Path(folder), warm_start_modules=WARM_MODULES, ipython=True
+        )
         with ReplSandbox(config):
             pass
     took = time.perf_counter() - started

@@ -87,6 +87,8 @@ _KEPT_BUILTINS = ("__import__", "compile", "exec", "eval", "repr", "isinstance",
 _KEPT_LINECACHE = ("cache", "_interactive_cache", "getline")
 _LONGEST_SLEEP_SECONDS = 9.2e9  # what fits time.sleep's int64 nanoseconds
 _MISSING = object()
+# The shell's methods the driver calls: an instance attribute of that name is a cell's, removed.
+_SHELL_METHODS = frozenset({"run_cell", "run_cell_async", "transform_cell", "run_ast_nodes"})
 _NO_CTX = object()
 
 
@@ -117,7 +119,7 @@ def install(
     if workdir is not None:
         os.chdir(workdir)
     if shell:
-        driver.shell = sys.modules["sandbox_kernel_shell"].start(driver, main)
+        driver.start_shell()
     with memoryview(driver.flag) as view:  # hex of the pattern without copying its bytes
         magic = view[1:].hex()
     driver.request("hello", flag_magic=magic)
@@ -146,6 +148,7 @@ class Driver:
         # What running cells needs, as keep() found it at install (repair() puts it back).
         self._kept: list[tuple[Any, str, Any]] = []
         self._methods: dict[str, Any] = {}
+        self._shell_kept: list[tuple[type, dict[str, Any]]] = []
 
     # -- the door ------------------------------------------------------------------------
 
@@ -235,6 +238,7 @@ class Driver:
         except BaseException as exc:  # IPython's own machinery failed: still a reply
             failure = exc
             self._outcome["error"] = self._error(exc)
+            self._restart_shell(exc)
         error = self._outcome.get("error")
         if failure is None:
             status, error = "ok", None
@@ -244,6 +248,7 @@ class Driver:
             status = "cancelled" if isinstance(failure, KeyboardInterrupt) else "error"
             if error is None:
                 error = self._error(failure)
+            self._check_shell()
         payload = list(shell.payload_manager.read_payload())
         shell.payload_manager.clear_payload()
         return {
@@ -253,6 +258,45 @@ class Driver:
             "result_metadata": self._outcome.get("result_metadata", {}),
             "payload": payload,
         }
+
+    def start_shell(self) -> None:
+        """IPython's shell over __main__ (shell.py), and what repair() keeps of it."""
+        self.shell = sys.modules["sandbox_kernel_shell"].start(self, self.main)
+        self.keep()
+
+    def _check_shell(self) -> None:
+        """After a failed cell: can the shell still run one? A silent `pass` says; a shell
+        that cannot is started again."""
+        kept, shell = self._outcome, self.shell
+        try:
+            probe = shell.run_cell("pass", store_history=False, silent=True)
+            broken = probe.error_before_exec or probe.error_in_exec
+            for part in ("displayhook", "display_pub", "history_manager", "payload_manager"):
+                if (
+                    broken is None
+                    and getattr(getattr(shell, part, None), "shell", None) is not shell
+                ):
+                    broken = RuntimeError(f"get_ipython().{part} was taken apart")
+        except BaseException as exc:  # what broke the shell is the answer
+            broken = exc
+        finally:
+            self._outcome = kept
+        if broken is not None:
+            self._restart_shell(broken)
+
+    def _restart_shell(self, exc: BaseException) -> None:
+        """A shell that failed outside the cell's code is replaced (variables stay; In and
+        Out start again), and the user is told."""
+        try:
+            type(self.shell).clear_instance()
+            self.start_shell()
+        except Exception as failure:  # the next cell reports it again; the host rebuilds
+            exc = failure
+        print(
+            f"[sandbox] IPython's shell failed ({_describe(exc)}) and was started again: "
+            "variables are kept, In and Out start afresh",
+            file=sys.__stderr__ or sys.stderr,
+        )
 
     # -- what the shell reports (shell.py) -------------------------------------------------
 
@@ -551,6 +595,11 @@ class Driver:
             (sys.modules, "sandbox_kernel_driver", sys.modules.get("sandbox_kernel_driver")),
         ]
         self._methods = {name: value for name, value in vars(Driver).items() if callable(value)}
+        self._shell_kept = []
+        if self.shell is not None:  # its class and IPython's: methods a cell could replace
+            for cls in type(self.shell).__mro__[:2]:
+                methods = {n: v for n, v in vars(cls).items() if callable(v)}
+                self._shell_kept.append((cls, methods))
 
     def repair(self) -> None:
         """Put back what keep() remembered, and say so on stderr."""
@@ -566,6 +615,7 @@ class Driver:
             if vars(Driver).get(name) is not value:
                 setattr(Driver, name, value)
                 repaired.append(f"Driver.{name}")
+        repaired.extend(self._repair_shell())
         if repaired:
             print(
                 "[sandbox] this cell replaced what the sandbox needs to run cells ("
@@ -573,6 +623,25 @@ class Driver:
                 + "): it was put back",
                 file=sys.__stderr__ or sys.stderr,
             )
+
+    def _repair_shell(self) -> list[str]:
+        """Put back the shell's methods: on its class, and where the instance shadows one."""
+        repaired: list[str] = []
+        for cls, methods in self._shell_kept:
+            for name, value in methods.items():
+                if vars(cls).get(name) is not value:
+                    setattr(cls, name, value)
+                    repaired.append(f"{cls.__name__}.{name}")
+            for name in [n for n in vars(cls) if n in _SHELL_METHODS and n not in methods]:
+                delattr(cls, name)  # a cell's, shadowing IPython's own
+                repaired.append(f"{cls.__name__}.{name}")
+        shell = self.shell
+        if shell is not None:
+            for name in [n for n in vars(shell) if callable(getattr(type(shell), n, None))]:
+                if not callable(vars(shell)[name]) or name in _SHELL_METHODS:
+                    del vars(shell)[name]
+                    repaired.append(f"get_ipython().{name}")
+        return repaired
 
     # -- install -------------------------------------------------------------------------
 
