@@ -251,6 +251,8 @@ class Driver:
             self._check_shell()
         payload = list(shell.payload_manager.read_payload())
         shell.payload_manager.clear_payload()
+        with contextlib.suppress(Exception):  # no saving thread here: %history reads the db
+            shell.history_manager.writeout_cache()
         return {
             "status": status,
             "error": error,
@@ -271,7 +273,7 @@ class Driver:
         try:
             probe = shell.run_cell("pass", store_history=False, silent=True)
             broken = probe.error_before_exec or probe.error_in_exec
-            for part in ("displayhook", "display_pub", "history_manager", "payload_manager"):
+            for part in ("displayhook", "display_pub", "history_manager"):
                 if (
                     broken is None
                     and getattr(getattr(shell, part, None), "shell", None) is not shell
@@ -309,10 +311,13 @@ class Driver:
         self._outcome["error"] = {"ename": name, "evalue": evalue_text, "traceback": list(stb)}
 
     def publish_display(self, message: dict[str, Any]) -> None:
-        """A display, or an update of one by its display_id, shown now."""
+        """A display, or an update of one by its display_id, shown now (after what the cell
+        printed before it)."""
+        _flush_streams()
         self._send_display(message)
 
     def clear_output(self, wait: bool = False) -> None:
+        _flush_streams()
         self._bridge("clear_output", wait=bool(wait))
 
     @staticmethod
@@ -400,6 +405,8 @@ class Driver:
         else:
             raise RuntimeError(f"the sandbox host sent a context of unknown kind {kind!r}")
         self.main.context = value
+        if self.shell is not None:  # ours, not the user's: %who leaves it out
+            self.shell.user_ns_hidden["context"] = value
 
     def get_variable(self, name: str) -> None:
         """Send `name`'s value in __main__, as plain JSON data (see to_plain), to the host."""

@@ -112,6 +112,7 @@ class SandboxKernel(Kernel):
             config.on_llm_query = config.on_rlm_query = self._llm_unusable
         self.repl = ReplSandbox(config)
         self._silent = False
+        self._streams: StreamPublisher | None = None  # the running cell's
         self._stdin: StdinReader | None = None
         self._history: list[tuple[int, int, str]] = []
         # What the first cell says while the session starts: a cold compile cache takes about
@@ -155,6 +156,7 @@ class SandboxKernel(Kernel):
     def _display(self, message: DisplayMessage) -> None:
         """display() and IPython's update_display (by display_id), through the firewall."""
         if not self._silent:
+            self._flush_streams()  # what the cell printed before it comes first
             shown = self.firewall.bundle(message.data, message.metadata)
             transient = self.firewall.transient(message.transient)
             updates = message.update and "display_id" in transient
@@ -163,7 +165,13 @@ class SandboxKernel(Kernel):
 
     def _clear_output(self, wait: bool) -> None:
         if not self._silent:
+            self._flush_streams()
             self.send_response(self.iopub_socket, "clear_output", messages.clear_output(wait))
+
+    def _flush_streams(self) -> None:
+        streams = self._streams
+        if streams is not None:
+            streams.flush()
 
     def _send_shown(self, msg_type: str, content: dict[str, Any], shown: Shown) -> None:
         """A bundle that passed the firewall, then the note on what it removed (an output
@@ -308,7 +316,11 @@ class SandboxKernel(Kernel):
         if silent:
             return self.repl.execute(code, on_stdout=_drop, on_stderr=_drop)
         with StreamPublisher(self._send_stream, self.get_parent("shell")) as streams:
-            return self.repl.execute(code, on_stdout=streams.stdout, on_stderr=streams.stderr)
+            self._streams = streams
+            try:
+                return self.repl.execute(code, on_stdout=streams.stdout, on_stderr=streams.stderr)
+            finally:
+                self._streams = None
 
     def _magic_reply(self, handled: magics.MagicResult, count: int, silent: bool) -> dict[str, Any]:
         if handled.text and not silent:

@@ -1,0 +1,200 @@
+"""IPython inside the guest, as a notebook user meets it, and measured against ipykernel.
+
+`COMPARED` runs each cell on sandbox-python and on ipykernel (the python3 kernel of this
+interpreter) in the same test and compares what a user sees: the reply's status and error
+name, the kinds of output, and their text where it is deterministic. Cells that need the
+data packages the host venv does not have (numpy, pandas, matplotlib) are tested on the
+sandbox alone below.
+
+Known difference, left out: an unknown magic is a UsageError whose reply ipykernel sends
+without an `error` output (the message is on stderr); ours shows it as an error output.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from jupyter_client.manager import start_new_kernel
+
+from tests.kernel.conftest import (
+    CELL_TIMEOUT_SECONDS,
+    STARTUP_TIMEOUT_SECONDS,
+    Execution,
+    RunningKernel,
+    kernel_env,
+)
+
+NO_PROCESSES = "the sandbox runs no processes"
+
+
+@dataclass(frozen=True)
+class Cell:
+    code: str
+    text: bool = True  # compare the text of streams and results (False: only their kinds)
+
+
+COMPARED = [
+    Cell("x = 41\nx + 1"),
+    Cell("type(3)"),
+    Cell("_"),
+    Cell("_2"),
+    Cell("_i1"),
+    Cell("Out[1]"),
+    Cell("len(In) > 3"),
+    Cell("%time y = sum(range(1000))", text=False),
+    Cell("%timeit -n1 -r1 sum(range(10))", text=False),
+    Cell("%%time\nz = 3", text=False),
+    Cell("import asyncio\nawait asyncio.sleep(0.01)\n'awaited'"),
+    Cell("async def f():\n    return 7\nawait f()"),
+    Cell("%who_ls"),
+    Cell("%xmode Plain"),
+    Cell("1/0"),
+    Cell("%xmode Context"),
+    Cell("%config InteractiveShell.ast_node_interactivity = 'last_expr'"),
+    Cell("%%writefile compat_hello.py\nprint('hello from a file')"),
+    Cell("%run compat_hello.py"),
+    Cell("%load_ext autoreload"),
+    Cell("%autoreload 2"),
+    Cell("%env COMPAT_VAR=1"),
+    Cell("import os\nos.environ['COMPAT_VAR']"),
+    Cell("from IPython.display import display, HTML, Markdown, Latex, JSON"),
+    Cell("display(HTML('<b>b</b>'))"),
+    Cell("display(Markdown('*m*'), Latex(r'$x^2$'))"),
+    Cell("JSON({'a': 1})", text=False),
+    Cell("from IPython.display import clear_output\nprint('gone')\nclear_output()"),
+    Cell("h = display('first', display_id=True)\nh.update('second')", text=False),
+    Cell("def f(x):\n    return x * 2\nf(21)"),
+    Cell("[i * i for i in range(5)]"),
+    Cell("{'a': list(range(30))}"),
+    Cell("print('a'); print('b')"),
+    Cell("import sys\nprint('err', file=sys.stderr)"),
+    Cell("raise ValueError('bad value')"),
+    Cell("undefined_name"),
+    Cell("def broken(:", text=False),  # the file name differs: ipykernel names cells by hash
+    Cell("%history -n -l 1", text=False),
+    Cell("get_ipython().__class__.__mro__[-2].__name__"),
+]
+
+
+def _summary(execution: Execution, text: bool) -> tuple[object, ...]:
+    """What a user sees of an execution, in a form two kernels can be compared by."""
+    reply = execution.reply
+    kinds = [o.msg_type for o in execution.outputs if o.msg_type not in ("status", "execute_input")]
+    seen: list[str] = []
+    if text:
+        for output in execution.outputs:
+            if output.msg_type == "stream":
+                seen.append(f"{output.content['name']}:{output.content['text']}")
+            elif output.msg_type in ("execute_result", "display_data"):
+                seen.append(str(output.content["data"].get("text/plain", "")))
+            elif output.msg_type == "error":
+                seen.append(f"{output.content['ename']}: {output.content['evalue']}")
+    return reply["status"], reply.get("ename"), kinds, seen
+
+
+@pytest.fixture(scope="module")
+def ipykernel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningKernel]:
+    """ipykernel itself, in a folder of its own, as the baseline."""
+    root = tmp_path_factory.mktemp("ipykernel")
+    km, kc = start_new_kernel(
+        kernel_name="python3",
+        startup_timeout=STARTUP_TIMEOUT_SECONDS,
+        cwd=str(root),
+        env=kernel_env(root),
+    )
+    running = RunningKernel(km, kc, root)
+    yield running
+    running.shutdown()
+
+
+def test_cells_behave_as_on_ipykernel(
+    fresh_kernel: RunningKernel, ipykernel: RunningKernel
+) -> None:
+    differences = []
+    for cell in COMPARED:
+        ours = _summary(fresh_kernel.run(cell.code, timeout=CELL_TIMEOUT_SECONDS), cell.text)
+        theirs = _summary(ipykernel.run(cell.code, timeout=CELL_TIMEOUT_SECONDS), cell.text)
+        if ours != theirs:
+            differences.append(f"{cell.code!r}:\n  sandbox:   {ours}\n  ipykernel: {theirs}")
+    matched = len(COMPARED) - len(differences)
+    print(f"matched {matched} of {len(COMPARED)} cells ({matched / len(COMPARED):.0%})")
+    assert not differences, "\n".join(differences)
+
+
+# -- what only the sandbox shows ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "code", ["!ls", "!!ls", "files = !ls", "%sx ls", "%%bash\necho hi", "%%script sh\necho hi"]
+)
+def test_processes_are_a_clear_error(kernel: RunningKernel, code: str) -> None:
+    execution = kernel.run(code)
+    assert execution.status == "error", execution.describe()
+    assert execution.reply["ename"] == "NoProcessesError"
+    assert NO_PROCESSES in execution.reply["evalue"]
+    assert kernel.run_ok("'still here'").result() == "'still here'"
+
+
+def test_pip_is_a_clear_error(kernel: RunningKernel) -> None:
+    execution = kernel.run("%pip install six")
+    assert execution.status == "error", execution.describe()
+    assert NO_PROCESSES in execution.reply["evalue"]
+
+
+def test_working_folder_is_the_workspace(kernel: RunningKernel) -> None:
+    assert kernel.run_ok("%pwd").result() == "'/app'"
+    kernel.run_ok("%%writefile relative.txt\nfrom a cell")
+    assert (kernel.workspace / "relative.txt").read_text() == "from a cell\n"
+    assert kernel.run_ok("open('relative.txt').read()").result() == "'from a cell\\n'"
+
+
+def test_help_is_a_page_payload(kernel: RunningKernel) -> None:
+    execution = kernel.run_ok("len?")
+    [page] = execution.reply["payload"]
+    assert page["source"] == "page"
+    assert "Return the number of items" in re.sub(r"\x1b\[[0-9;]*m", "", page["data"]["text/plain"])
+
+
+def test_matplotlib_inline_shows_a_png(kernel: RunningKernel) -> None:
+    execution = kernel.run_ok(
+        "%matplotlib inline\nimport matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.show()"
+    )
+    [figure] = execution.of_type("display_data")
+    assert figure.content["data"]["image/png"]
+    assert "non-interactive" not in execution.stream("stderr")
+
+
+def test_update_display_keeps_its_id(kernel: RunningKernel) -> None:
+    execution = kernel.run_ok(
+        "from IPython.display import HTML\n"
+        "h = display(HTML('<i>one</i>'), display_id='progress')\n"
+        "h.update(HTML('<i>two</i><script>alert(1)</script>'))"
+    )
+    shown = execution.of_type("display_data")
+    updated = execution.of_type("update_display_data")
+    assert [o.content["transient"] for o in shown] == [{"display_id": "progress"}]
+    assert [o.content["transient"] for o in updated] == [{"display_id": "progress"}]
+    assert "<script" not in updated[0].content["data"]["text/html"]  # through the firewall
+
+
+def test_names_ipython_gives(kernel: RunningKernel) -> None:
+    kernel.run_ok("21 * 2")
+    assert kernel.run_ok("_").result() == "42"
+    assert kernel.run_ok("get_ipython().__class__.__name__").result() == "'SandboxShell'"
+    assert kernel.run_ok("'numpy' in dir()").result() == "False"  # warm imports bind nothing
+
+
+def test_data_cells(kernel: RunningKernel) -> None:
+    frame = kernel.run_ok("import pandas as pd\npd.DataFrame({'a': [1, 2]})")
+    assert "<table" in frame.result("text/html")
+    total = kernel.run_ok("import numpy as np\nnp.arange(10).sum()")
+    assert total.result() in ("np.int32(45)", "np.int64(45)")
+
+
+def test_workspace_files(kernel: RunningKernel, tmp_path: Path) -> None:
+    kernel.run_ok("%%writefile data.csv\na,b\n1,2")
+    assert kernel.run_ok("import pandas as pd\npd.read_csv('data.csv').b.sum()").result()
