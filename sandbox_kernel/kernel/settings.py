@@ -40,10 +40,16 @@ from sandbox_kernel.repl.models import REPLConfig
 __all__ = ["NOTEBOOK_DEFAULTS", "KernelSettings"]
 
 # Where a policy file sets nothing, the kernel uses these instead of the library's defaults.
+# Fuel follows the clock: about 1e10 guest instructions a second on these machines, so a cell
+# that may run 600 s may also spend what 600 s of work costs (the old 1e11 stopped a 27 s
+# scikit-learn TSNE cell after 10 s). A policy file that sets only timeout_seconds gets fuel
+# for that time; one that sets fuel_budget keeps it.
+FUEL_PER_SECOND = 10_000_000_000
+NOTEBOOK_TIMEOUT_SECONDS = 600.0
 NOTEBOOK_DEFAULTS: dict[str, object] = {
-    "fuel_budget": 100_000_000_000,
+    "fuel_budget": int(NOTEBOOK_TIMEOUT_SECONDS * FUEL_PER_SECOND),
     "memory_bytes": 1_000_000_000,
-    "timeout_seconds": 600.0,
+    "timeout_seconds": NOTEBOOK_TIMEOUT_SECONDS,
 }
 WARM_MODULES = ("numpy", "pandas")
 
@@ -151,10 +157,8 @@ def _notebook_policy(source: Path | None) -> ExecutionPolicy:
     if source is None or not source.is_file():
         return ExecutionPolicy(**NOTEBOOK_DEFAULTS)
     from_file = load_policy(source)
-    library = ExecutionPolicy()
-    changes = {
-        key: value
-        for key, value in NOTEBOOK_DEFAULTS.items()
-        if getattr(from_file, key) == getattr(library, key)
-    }
+    given = from_file.model_fields_set  # what the file itself sets
+    changes = {key: value for key, value in NOTEBOOK_DEFAULTS.items() if key not in given}
+    if "fuel_budget" in changes and "timeout_seconds" in given:  # fuel for the file's time
+        changes["fuel_budget"] = int(from_file.timeout_seconds * FUEL_PER_SECOND)
     return from_file.with_overrides(**changes)

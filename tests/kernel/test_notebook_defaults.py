@@ -1,0 +1,31 @@
+"""The kernel's notebook defaults: fuel follows the time a cell may take."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sandbox_kernel.kernel.settings import FUEL_PER_SECOND, KernelSettings
+
+
+def _settings(tmp_path: Path, policy: str | None) -> KernelSettings:
+    env = {"SANDBOX_KERNEL_WORKSPACE": str(tmp_path / "workspace")}
+    if policy is not None:
+        (tmp_path / "policy.toml").write_text(policy)
+        env["SANDBOX_KERNEL_POLICY"] = str(tmp_path / "policy.toml")
+    return KernelSettings.from_environment(env, cwd=tmp_path)
+
+
+def test_default_fuel_covers_the_default_time(tmp_path: Path) -> None:
+    policy = _settings(tmp_path, None).policy
+    assert policy.timeout_seconds == 600.0
+    assert policy.fuel_budget == 600 * FUEL_PER_SECOND  # a 27 s TSNE cell is not cut at 10 s
+
+
+def test_a_file_that_sets_the_time_gets_fuel_for_it(tmp_path: Path) -> None:
+    policy = _settings(tmp_path, "[policy]\ntimeout_seconds = 30\n").policy
+    assert policy.fuel_budget == 30 * FUEL_PER_SECOND
+
+
+def test_a_file_that_sets_fuel_keeps_it(tmp_path: Path) -> None:
+    policy = _settings(tmp_path, "[policy]\ntimeout_seconds = 30\nfuel_budget = 5000000\n").policy
+    assert policy.fuel_budget == 5_000_000
