@@ -43,7 +43,7 @@ from sandbox_kernel.kernel.sanitize import (
     scrub_json,
 )
 
-__all__ = ["DEFAULT_MAX_BYTES", "OutputFirewall", "Shown"]
+__all__ = ["DEFAULT_MAX_BYTES", "OutputFirewall", "Shown", "removal_note"]
 
 DEFAULT_MAX_BYTES = 10_000_000
 MAX_METADATA_BYTES = 64 * 1024
@@ -73,14 +73,17 @@ class Shown(BaseModel):
     @property
     def note(self) -> str | None:
         """One line for the user when something was removed; None when nothing was."""
-        if not self.removed:
-            return None
-        listed = "; ".join(self.removed[:8]) + ("; ..." if len(self.removed) > 8 else "")
-        return (
-            f"[sandbox] the output firewall removed from this output: {listed} "
-            "(see 'Outputs' in the README; trust_outputs = true in the policy shows outputs "
-            "unchanged)\n"
-        )
+        return removal_note(self.removed) if self.removed else None
+
+
+def removal_note(removed: tuple[str, ...]) -> str:
+    """The stderr line that says what the firewall removed (from a bundle or payloads)."""
+    listed = "; ".join(removed[:8]) + ("; ..." if len(removed) > 8 else "")
+    return (
+        f"[sandbox] the output firewall removed from this output: {listed} "
+        "(see 'Outputs' in the README; trust_outputs = true in the policy shows outputs "
+        "unchanged)\n"
+    )
 
 
 class OutputFirewall:

@@ -22,7 +22,7 @@ from sandbox_kernel import __version__
 from sandbox_kernel.host.workspace import diff, snapshot
 from sandbox_kernel.kernel import magics, messages
 from sandbox_kernel.kernel.data_magics import DataMagics
-from sandbox_kernel.kernel.firewall import OutputFirewall, Shown
+from sandbox_kernel.kernel.firewall import OutputFirewall, Shown, removal_note
 from sandbox_kernel.kernel.runlog import RunLog
 from sandbox_kernel.kernel.settings import KernelSettings
 from sandbox_kernel.kernel.stdin import StdinReader
@@ -367,7 +367,7 @@ class SandboxKernel(Kernel):
         payload, removed = self.firewall.payloads(execution.payload)
         if removed and not silent:
             self._removed.extend(removed)
-            self._stream("stderr", Shown(data={}, metadata={}, removed=removed).note or "")
+            self._stream("stderr", removal_note(removed))
         return messages.execute_reply(execution, count, expressions, error, payload)
 
     def _user_expressions(self, expressions: dict[str, Any]) -> dict[str, Any]:
