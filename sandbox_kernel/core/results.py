@@ -14,7 +14,7 @@ from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-__all__ = ["LimitKind", "RuntimeType", "SandboxResult"]
+__all__ = ["LimitKind", "RuntimeType", "SandboxResult", "WheelRecord"]
 
 
 class RuntimeType(StrEnum):
@@ -44,6 +44,18 @@ class LimitKind(StrEnum):
     FILE_SIZE = "file_size"
     TRAP = "trap"
     """A guest crash: stack overflow, `unreachable`, an out-of-bounds access."""
+
+
+class WheelRecord(BaseModel):
+    """A wheel `%pip install` brought into a session: what it is and its SHA-256, as logged."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    version: str
+    filename: str
+    sha256: str
+    size: int
 
 
 def _workspace_paths(paths: list[str]) -> list[str]:

@@ -45,6 +45,7 @@ __all__ = [
     "FLAG_NAME",
     "Driver",
     "chunk_text",
+    "forget_finders",
     "format_bundle",
     "install",
     "plain_text",
@@ -98,13 +99,15 @@ def install(
     *,
     workdir: str | None = None,
     shell: bool = False,
+    packages: str | None = None,
 ) -> Driver:
     """Create the session's driver, bind it and its helpers, say hello to the host.
 
     `door` defaults to the guest's `_host.call`; `main_module` to sys.modules["__main__"].
     A driver already bound in that module is uninstalled first, so patches never stack.
     `workdir` becomes the working directory; `shell` runs cells through IPython (the module
-    sandbox_kernel_shell, loaded before this call).
+    sandbox_kernel_shell, loaded before this call); `packages` is the session's own package
+    folder (%pip install), searched after the image's packages.
     """
     if door is None:
         import _host  # the WebAssembly guest's builtin door module
@@ -116,6 +119,10 @@ def install(
         previous.uninstall()
     driver = Driver(door, main)
     driver.bind()
+    if packages is not None:
+        driver.packages = packages
+        if packages not in sys.path:
+            sys.path.append(packages)
     if workdir is not None:
         os.chdir(workdir)
     if shell:
@@ -124,6 +131,15 @@ def install(
         magic = view[1:].hex()
     driver.request("hello", flag_magic=magic)
     return driver
+
+
+def forget_finders(folder: str) -> None:
+    """Make imports look at `folder` (and the folders in it) afresh: its files changed.
+    Narrower than importlib.invalidate_caches(), which also empties zipimport's directory
+    cache of the standard library's zip (pkgutil.iter_modules then fails on it)."""
+    for path in list(sys.path_importer_cache):
+        if path == folder or path.startswith(folder + "/"):
+            del sys.path_importer_cache[path]
 
 
 def _new_flag() -> bytearray:
@@ -144,6 +160,7 @@ class Driver:
         self.displays: list[dict[str, Any]] = []  # the running cell's, in order
         self._undo: list[Callable[[], None]] = []
         self.shell: Any = None  # IPython's shell (shell.py), when cells run through it
+        self.packages: str | None = None  # the session's %pip folder
         self._outcome: dict[str, Any] = {}  # what the shell reported for the running cell
         # What running cells needs, as keep() found it at install (repair() puts it back).
         self._kept: list[tuple[Any, str, Any]] = []
@@ -177,7 +194,18 @@ class Driver:
                 raise kind(str(error.get("message", "")))
         raise RuntimeError(f"the sandbox host sent a malformed answer to {op}")
 
-    def _bridge(self, op: str, **fields: Any) -> Any:
+    def call_binary(self, op: str, **fields: Any) -> bytes:
+        """A request from user code whose answer is bytes (a wheel), not JSON: an answer that
+        starts with "{" is the host's error."""
+        self.check_interrupt()
+        raw = self._send(op, fields)
+        if raw[:1] == b"{":
+            self._unwrap(op, _loads(raw))
+            raise RuntimeError(f"the sandbox host sent a malformed answer to {op}")
+        self.check_interrupt()
+        return raw
+
+    def call(self, op: str, **fields: Any) -> Any:
         """A request from user code: a safe point for the soft interrupt before and after."""
         self.check_interrupt()
         value = self.request(op, **fields)
@@ -318,7 +346,7 @@ class Driver:
 
     def clear_output(self, wait: bool = False) -> None:
         _flush_streams()
-        self._bridge("clear_output", wait=bool(wait))
+        self.call("clear_output", wait=bool(wait))
 
     @staticmethod
     def loop_checks() -> ast.NodeTransformer:
@@ -405,6 +433,10 @@ class Driver:
         else:
             raise RuntimeError(f"the sandbox host sent a context of unknown kind {kind!r}")
         self.main.context = value
+        # A session starts here (fresh, or from a warm image made before %pip installed
+        # anything): imports must look at the session's package folder as it is now.
+        if self.packages is not None:
+            forget_finders(self.packages)
         if self.shell is not None:  # ours, not the user's: %who leaves it out
             self.shell.user_ns_hidden["context"] = value
 
@@ -484,18 +516,18 @@ class Driver:
             self._send_display({"data": data, "metadata": {**extra, **(metadata or {})}})
 
     def _send_display(self, message: dict[str, Any]) -> None:
-        self._bridge("display", **message)
+        self.call("display", **message)
         self.displays.append(message)
 
     def input(self, prompt: object = "") -> str:
         """Read a line from the user (the notebook's input box), as the builtin input() does."""
         _flush_streams()
-        return self._bridge("input", prompt=str(prompt), password=False)
+        return self.call("input", prompt=str(prompt), password=False)
 
     def getpass(self, prompt: str = "Password: ", stream: object = None) -> str:
         """Read a line from the user without echoing it, as getpass.getpass() does."""
         _flush_streams()
-        return self._bridge("input", prompt=str(prompt), password=True)
+        return self.call("input", prompt=str(prompt), password=True)
 
     def sleep(self, seconds: float) -> None:
         """time.sleep through the host: bounded by the cell's deadline, ended by interrupts."""
@@ -516,12 +548,12 @@ class Driver:
         if value == 0:  # a yield, nothing to wait for: spare the host a request
             self.check_interrupt()
             return
-        self._bridge("sleep", seconds=value)
+        self.call("sleep", seconds=value)
 
     def llm_query(self, prompt: str) -> str:
         """Ask the session's language model one question; its answer."""
         _need_str("llm_query", "prompt", prompt)
-        return self._bridge("llm_query", prompt=prompt)
+        return self.call("llm_query", prompt=prompt)
 
     def llm_query_batched(self, prompts: list[str]) -> list[str]:
         """Ask the language model several independent questions at once; answers in order."""
@@ -533,14 +565,14 @@ class Driver:
             _need_str("llm_query_batched", f"prompts[{i}]", prompt)
         if not prompts:
             return []
-        return self._bridge("llm_query_batched", prompts=list(prompts))
+        return self.call("llm_query_batched", prompts=list(prompts))
 
     def rlm_query(self, task: str, ctx: Any = _NO_CTX) -> str:
         """Hand `task` (and, optionally, a JSON-able `ctx`) to a recursive language-model run."""
         _need_str("rlm_query", "task", task)
         if ctx is _NO_CTX:
-            return self._bridge("rlm_query", task=task, has_ctx=False, ctx=None)
-        return self._bridge("rlm_query", task=task, has_ctx=True, ctx=ctx)
+            return self.call("rlm_query", task=task, has_ctx=False, ctx=None)
+        return self.call("rlm_query", task=task, has_ctx=True, ctx=ctx)
 
     def search_context(
         self,

@@ -14,8 +14,9 @@ the driver's door (driver.py):
 - the pager: `obj?` and `obj??` become a `page` payload, as in ipykernel.
 
 What WebAssembly cannot do is refused or replaced here, in one place, each with its reason:
-processes (`!cmd`, `%sx`, `%%bash`, `%%script`, `%pip`): WASI has no process API; the event
-loop for top-level `await`: asyncio's default loop wakes itself through a socket pair, and
+processes (`!cmd`, `%sx`, `%%bash`, `%%script`): WASI has no process API (`%pip` and
+`!pip install` are served through the door instead, packages.py); the event loop for top-level
+`await`: asyncio's default loop wakes itself through a socket pair, and
 WASI has no sockets, so the loop below sleeps through the door instead; threads: IPython's
 history is kept in memory, without its saving thread.
 
@@ -26,7 +27,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import selectors
+import sys
 import time
 from typing import Any
 
@@ -39,7 +42,9 @@ NO_PROCESSES = (
 INLINE_BACKEND = "module://matplotlib_inline.backend_inline"
 # Cell magics that start a program: IPython's ScriptMagics and its shortcuts.
 _SCRIPT_CELL_MAGICS = ("script", "bash", "sh", "perl", "ruby", "python2", "python3", "pypy", "js")
-_PROCESS_LINE_MAGICS = ("sx", "system", "pip", "conda", "mamba", "micromamba", "uv")
+_PROCESS_LINE_MAGICS = ("sx", "system", "conda", "mamba", "micromamba", "uv")
+# `!pip install x` and its spellings: %pip, which the sandbox has (packages.py).
+_PIP_COMMAND = re.compile(r"^\s*(?:pip3?|python3?\s+-m\s+pip)(?:\s+(.*))?$", re.DOTALL)
 
 
 class NoProcessesError(OSError):
@@ -104,6 +109,7 @@ def start(driver: Any, main_module: Any) -> Any:
         shell.register_magic_function(_refuse(name, "%%"), "cell", name)
     for name in _PROCESS_LINE_MAGICS:
         shell.register_magic_function(_refuse(name, "%"), "line", name)
+    shell.register_magic_function(_pip_magic(driver), "line", "pip")
     shell.ast_transformers.append(driver.loop_checks())
     return shell
 
@@ -170,6 +176,10 @@ def _shell_class(driver: Any) -> Any:
                 raise UsageError(f"the sandbox has no windows: only `inline` plots, not {gui!r}")
 
         def system_piped(self, cmd: str) -> None:
+            pip = _PIP_COMMAND.match(cmd)
+            if pip:  # `!pip install x` is %pip's, as in ipykernel's environment
+                _pip(driver, pip.group(1) or "")
+                return
             raise NoProcessesError(NO_PROCESSES.format(what=f"`!{cmd}`"))
 
         system_raw = system = system_piped
@@ -178,6 +188,25 @@ def _shell_class(driver: Any) -> Any:
             raise NoProcessesError(NO_PROCESSES.format(what=f"`!!{cmd}`"))
 
     return SandboxShell
+
+
+def _pip(driver: Any, line: str) -> None:
+    if driver.packages is None:
+        raise RuntimeError("this session has no package folder for %pip")
+    sys.modules["sandbox_kernel_packages"].pip(driver, line, driver.packages)
+
+
+def _pip_magic(driver: Any) -> Any:
+    def pip(line: str = "") -> None:
+        """Install pure-Python packages into this session: `%pip install NAME...`.
+
+        The host's pip downloads wheels without compiled code from its package index (never
+        building from source) and logs their SHA-256; they are unpacked into the session's
+        own folder under /app and importable at once and after a restart. Also
+        `%pip list` and `%pip uninstall NAME` (this session's packages)."""
+        _pip(driver, line)
+
+    return pip
 
 
 def _refuse(name: str, prefix: str) -> Any:

@@ -105,6 +105,7 @@ class SandboxKernel(Kernel):
             on_display_message=self._display,
             on_clear_output=self._clear_output,
             on_input=self._input,
+            on_packages=self.runlog.record_packages,
         )
         if self.llm is not None:
             config = self.llm.configure(config)

@@ -3,8 +3,10 @@
 Each line: time, execution count, the code, status, the limit hit (if any), fuel, duration,
 output bytes, files changed, rolled back or not, and the model calls it made. Each step of an
 rlm_query loop is a line of its own, "event": "rlm_step" (prompt size, the code the model
-wrote, output size, tokens), written as it happens. Written by the host only: the file lives
-outside the workspace (see settings.py), and is still opened without following links.
+wrote, output size, tokens), written as it happens; so is each %pip install, "event":
+"pip_install" (every wheel's name, version, file name, size and SHA-256). Written by the host
+only: the file lives outside the workspace (see settings.py), and is still opened without
+following links.
 
 Must not import: anything Jupyter.
 """
@@ -19,6 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from sandbox_kernel.core.results import WheelRecord
 from sandbox_kernel.llm.rlm import RLMStep
 from sandbox_kernel.repl.models import CodeExecution
 from sandbox_kernel.repl.results import capped
@@ -56,6 +59,11 @@ class RunLog:
 
     def record_step(self, step: RLMStep) -> None:
         self._write({"ts": _now(), "event": "rlm_step", **step.model_dump()})
+
+    def record_packages(self, wheels: list[WheelRecord]) -> None:
+        """The wheels a %pip install fetched, with their SHA-256 (host/packages.py)."""
+        entry = {"ts": _now(), "event": "pip_install"}
+        self._write({**entry, "wheels": [wheel.model_dump() for wheel in wheels]})
 
     def close(self) -> None:
         with self._lock:

@@ -15,6 +15,11 @@
     SANDBOX_KERNEL_GUARDED    anything but empty, 0, false, no or off turns the guarded mode on
                               (the sandbox-python-guarded kernel spec sets 1)
     SANDBOX_KERNEL_GUARD      the guarded mode's allow and block lists (a TOML file)
+    SANDBOX_KERNEL_PIP        %pip install of pure-Python wheels: on unless 0, false, no or
+                              off (always off in the guarded mode)
+    SANDBOX_KERNEL_NOTEBOOK_FOLDER  read-only (or 1, true, yes, on): the kernel's starting
+                              folder (the notebook's) is mounted read-only at /notebook and is
+                              the working folder, so relative data paths work; default off
 
 The kernel's defaults suit notebooks (importing pandas within the fuel budget, room for
 DataFrames, numpy and pandas pre-imported); the library keeps the seeds' defaults.
@@ -68,6 +73,8 @@ class KernelSettings(BaseModel):
     datasets: Path = Path("datasets/datasets.toml")
     guarded: bool = False
     guard_file: Path | None = None
+    packages: bool = True  # %pip install (never in the guarded mode)
+    notebook_dir: Path | None = None  # mounted read-only at /notebook, the working folder
 
     @classmethod
     def from_environment(
@@ -90,7 +97,12 @@ class KernelSettings(BaseModel):
             llm = LLMSettings.load(source, env)
         except LLMConfigError as exc:  # the kernel still starts; llm_query says what is wrong
             llm_error = str(exc)
+        pip = _switch(env, "SANDBOX_KERNEL_PIP", default=True) and not data["guarded"]
+        mount = env.get("SANDBOX_KERNEL_NOTEBOOK_FOLDER", "").strip().lower()
+        notebook = here.resolve() if mount in ("read-only", *_YES) else None
         return cls(
+            packages=pip,
+            notebook_dir=notebook,
             policy=policy,
             policy_source=source,
             workspace=policy.mount_host_dir,
@@ -109,6 +121,8 @@ class KernelSettings(BaseModel):
             max_output_length=self.policy.stdout_max_bytes,
             warm_start_modules=self.warm_start_modules,
             ipython=True,  # notebooks written for ipykernel: magics, `obj?`, await, Out
+            packages=self.packages,
+            notebook_dir=self.notebook_dir,
             **callbacks,  # type: ignore[arg-type]
         )
 
@@ -129,6 +143,17 @@ def _data_settings(env: Mapping[str, str], here: Path) -> _DataSettings:
         "guarded": guarded not in ("", "0", "false", "no", "off"),
         "guard_file": Path(guard_file).expanduser() if guard_file else None,
     }
+
+
+_YES = ("1", "true", "yes", "on")
+
+
+def _switch(env: Mapping[str, str], name: str, *, default: bool) -> bool:
+    """An on/off variable: unset or empty is `default`; only 0, false, no, off turn it off."""
+    value = env.get(name, "").strip().lower()
+    if not value:
+        return default
+    return value not in ("0", "false", "no", "off")
 
 
 def _run_log_for(workspace: Path) -> Path:

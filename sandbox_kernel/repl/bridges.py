@@ -13,11 +13,16 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextvars
+import shutil
+import tempfile
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+from sandbox_kernel.host.guest_library import GUEST_PYTHON
+from sandbox_kernel.host.packages import InstalledDist, PackageError, WheelFetcher, parse_pip_args
 from sandbox_kernel.host.session import StopTurn
 from sandbox_kernel.repl import protocol
 from sandbox_kernel.repl.models import DisplayMessage, REPLConfig
@@ -109,6 +114,9 @@ class Bridge:
         self.expecting_context = False
         self.expecting_hello = False
         self._helper: concurrent.futures.ThreadPoolExecutor | None = None
+        # %pip: the wheels the last `pip` request fetched (by SHA-256), in a private folder.
+        self._downloads: tempfile.TemporaryDirectory[str] | None = None
+        self._wheels: dict[str, Path] = {}
 
     def begin(self, timeout_seconds: float) -> None:
         """A new execution: fresh budgets, deadline and cancel state."""
@@ -118,6 +126,7 @@ class Bridge:
         self.bytes = 0
         self.soft_cancel.clear()
         self.hard_cancel.clear()
+        self._wheels = {}  # a wheel is fetched in the execution that asked for it
         self.expect()
 
     def expect(
@@ -293,6 +302,9 @@ class Bridge:
         pool, self._helper = self._helper, None
         if pool is not None:
             pool.shutdown(wait=False, cancel_futures=True)
+        downloads, self._downloads, self._wheels = self._downloads, None, {}
+        if downloads is not None:
+            downloads.cleanup()
 
     def _op_input(self, request: dict[str, Any]) -> bytes:
         callback = self.config.on_input
@@ -347,6 +359,70 @@ class Bridge:
         task = str(request.get("task", ""))
         ctx = request.get("ctx") if request.get("has_ctx") else self._context()
         return self._answer(lambda: callback(task, ctx), "rlm_query", str)
+
+    # -- %pip (host/packages.py) ----------------------------------------------------------
+
+    def _op_pip(self, request: dict[str, Any]) -> bytes:
+        """Choose and download the wheels of `pip install <args>`; the guest then fetches each
+        with `wheel` and unpacks it. Answers {"log": [...], "wheels": [...]} or with "error"."""
+        if not self.config.packages:
+            return error_answer(
+                "PermissionError",
+                "%pip install is off in this session (REPLConfig.packages; the guarded kernel "
+                "never has it): only the sandbox image's packages can be imported",
+            )
+        try:
+            parsed = parse_pip_args(list(request.get("args") or []))
+            installed = {
+                str(name): InstalledDist.model_validate(dist)
+                for name, dist in dict(request.get("installed") or {}).items()
+            }
+            markers = dict(request.get("environment") or {})
+            environment = {str(key): str(value) for key, value in markers.items()}
+        except PackageError as exc:
+            return ok_answer({"log": [], "error": str(exc)})
+        except (TypeError, ValueError) as exc:
+            return error_answer("ValueError", f"malformed pip request: {_describe(exc)}")
+        folder = self._wheel_folder()
+        log: list[str] = []
+        deadline = self.deadline
+
+        def fetch() -> dict[str, Any]:
+            fetcher = WheelFetcher(
+                folder,
+                python_version=GUEST_PYTHON,
+                max_bytes=self.config.max_package_bytes,
+                stop=stop_check(),
+                deadline=deadline,
+                log=log.append,
+            )
+            try:
+                wheels = fetcher.resolve(parsed, installed, environment)
+            except PackageError as exc:
+                return {"log": log, "error": str(exc)}
+            self._wheels = {wheel.sha256: folder / wheel.filename for wheel in wheels}
+            if wheels and self.config.on_packages is not None:
+                self.config.on_packages(wheels)
+            return {"log": log, "wheels": [wheel.model_dump() for wheel in wheels]}
+
+        return self._answer(fetch, "pip", dict)
+
+    def _op_wheel(self, request: dict[str, Any]) -> bytes:
+        """A wheel the last `pip` answer named, as bytes (a binary answer)."""
+        path = self._wheels.get(str(request.get("sha256")))
+        if path is None:
+            return error_answer("ValueError", "no such wheel was fetched for this execution")
+        return path.read_bytes()
+
+    def _wheel_folder(self) -> Path:
+        """A fresh host-private folder for one request's wheels (the last one's removed)."""
+        if self._downloads is None:
+            self._downloads = tempfile.TemporaryDirectory(prefix="sandbox-kernel-wheels-")
+        root = Path(self._downloads.name)
+        for old in root.iterdir():
+            shutil.rmtree(old, ignore_errors=True)
+        self._wheels = {}
+        return Path(tempfile.mkdtemp(dir=root))
 
     def _answer(
         self, work: Callable[[], Any], name: str, kind: type, reraise: bool = False

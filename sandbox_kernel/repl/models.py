@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 
 from sandbox_kernel.core.policy import ExecutionPolicy
+from sandbox_kernel.core.results import WheelRecord
 from sandbox_kernel.core.usage import LLMUsage
 
 __all__ = ["CodeExecution", "DisplayMessage", "ExecutionStatus", "REPLConfig"]
@@ -76,6 +77,17 @@ class REPLConfig(BaseModel):
     # Cells run through IPython inside the guest (magics, `obj?`, top-level await, Out/_N):
     # the kernel's sessions. Needs the guest library (host/guest_library.py).
     ipython: bool = False
+    # %pip install (IPython sessions): pure-Python wheels the host's pip downloads from its
+    # package index, unpacked by the guest into <workspace>/.packages. Off by default: the
+    # host fetches what the guest names. `max_package_bytes` caps one %pip install;
+    # `on_packages` hears of each set of wheels fetched (the kernel logs their SHA-256).
+    packages: bool = False
+    max_package_bytes: PositiveInt = 100 * 1024 * 1024
+    on_packages: Callable[[list[WheelRecord]], None] | None = None
+    # A host folder mounted read-only at /notebook and made the working folder, so a
+    # notebook's relative paths (pd.read_csv("data/x.csv")) read its own folder's files;
+    # writes go to the workspace (/app). None: the working folder is the workspace.
+    notebook_dir: Path | None = None
     # The running total of the session's model usage (LLMService.configure sets it): each
     # execution reports the difference as CodeExecution.llm.
     llm_usage: Callable[[], LLMUsage] | None = None

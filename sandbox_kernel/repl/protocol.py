@@ -24,6 +24,13 @@ Guest -> host requests (the driver's side is sandbox_kernel/guest/driver.py):
     llm_query  {"prompt": p}                            -> {"ok": "<answer>"}
     llm_query_batched  {"prompts": [p, ...]}            -> {"ok": ["<answer>", ...]}
     rlm_query  {"task": t, "has_ctx": bool, "ctx": ...}  -> {"ok": "<answer>"}
+    pip        {"args": [...], "installed": {name: {"version", "session"}},
+                "environment": {marker: value}}   %pip install: the host's pip picks and
+                                           downloads pure-Python wheels (host/packages.py)
+               -> {"ok": {"log": [line, ...], "wheels": [{name, version, filename, sha256,
+                  size}, ...]}} or {"ok": {"log": [...], "error": why}}
+    wheel      {"sha256": h}               one wheel the last pip answer named, as a binary
+                                           answer (the zip's bytes; an error is JSON)
     context    {}                          the session's context, as a binary answer:
                                            b"<json header>\n<payload>" with header
                                            {"kind": "none"|"str"|"bytes"|"json", "length": n}

@@ -88,28 +88,39 @@ GUEST_MODULES = (
 
 
 # With IPython (REPLConfig.ipython): the shell, loaded once the guest library is on sys.path.
-SHELL_MODULES = (("sandbox_kernel_shell", "shell.py"),)
+SHELL_MODULES = (("sandbox_kernel_shell", "shell.py"), ("sandbox_kernel_packages", "packages.py"))
+PACKAGES_FOLDER = ".packages"  # %pip's, in the workspace
+NOTEBOOK_PATH = "/notebook"  # REPLConfig.notebook_dir, read-only, the working folder
 
 
-def driver_source(ipython: bool = False, workdir: str = "/app") -> str:
+def driver_source(
+    ipython: bool = False, workspace: str = "/app", workdir: str | None = None
+) -> str:
     """What a warm image depends on besides the binary and modules: the turn that installs
-    the driver (all guest sources, the working folder) and, with IPython, the guest library's
+    the driver (all guest sources, the folders) and, with IPython, the guest library's
     requirements."""
-    return install_source(workdir, ipython) + (requirements_text() if ipython else "")
+    return install_source(workspace, ipython, workdir) + (requirements_text() if ipython else "")
 
 
-def install_source(workdir: str, ipython: bool = False) -> str:
-    """The turn that loads the guest modules and installs the driver, working in `workdir`."""
-    install = (
-        "__import__('sys').modules['sandbox_kernel_driver']"
-        f".install(workdir={workdir!r}, shell={ipython!r}) and None\n"  # no value: no `_`
-    )
+def install_source(workspace: str, ipython: bool = False, workdir: str | None = None) -> str:
+    """The turn that loads the guest modules and installs the driver, working in `workdir`
+    (default: the workspace, where %pip's folder is too)."""
+    workdir = workdir or workspace
     if not ipython:
-        return loader_source(GUEST_MODULES, then=install)
+        return loader_source(GUEST_MODULES, then=_install_call(workdir=workdir, shell=False))
+    packages = f"{workspace}/{PACKAGES_FOLDER}"
+    install = _install_call(workdir=workdir, shell=True, packages=packages)
     shell = loader_source(SHELL_MODULES, then=install)
     return loader_source(
         GUEST_MODULES, then=f"__import__('sys').path.append({GUEST_PATH!r})\n{shell}"
     )
+
+
+def _install_call(**arguments: object) -> str:
+    """The driver's install() with `arguments` (repr'd: ours, never a user's text)."""
+    given = ", ".join(f"{name}={value!r}" for name, value in arguments.items())
+    # `and None`: the turn has no value, so the session's `_` is not the driver.
+    return f"__import__('sys').modules['sandbox_kernel_driver'].install({given}) and None\n"
 
 
 def _warm_imports(modules: tuple[str, ...]) -> str:
@@ -193,6 +204,13 @@ class ReplSandbox:
         ipython = self.config.ipython
         if ipython:
             preopens.append(Preopen(guest_library(), GUEST_PATH, writable=False))
+        workdir = None
+        if self.config.notebook_dir is not None:
+            notebook = Path(self.config.notebook_dir).expanduser().resolve()
+            if not notebook.is_dir():
+                raise SandboxExecutionError(f"notebook_dir {notebook} is not a folder")
+            preopens.append(Preopen(notebook, NOTEBOOK_PATH, writable=False))
+            workdir = NOTEBOOK_PATH
         config = SessionConfig(
             preopens=preopens,
             env=policy.guest_env(),
@@ -204,13 +222,14 @@ class ReplSandbox:
         layout = warm.layout_of(preopens)  # an image is only valid for the same folders
         # IPython is worth an image by itself: importing it costs seconds.
         wanted = self.config.warm_start_modules or (("IPython",) if ipython else ())
-        driver = driver_source(ipython, policy.guest_mount_path) + _warm_imports(wanted)
+        workspace = policy.guest_mount_path
+        driver = driver_source(ipython, workspace, workdir) + _warm_imports(wanted)
         saved = warm.load(image, driver, wanted, layout)
         if saved is not None and len(saved.data) <= policy.memory_bytes:
             self._session.restore(saved)
             self._image = saved  # the session's memory now: later captures patch it
             return
-        self._setup_turn(install_source(policy.guest_mount_path, ipython), hello=True)
+        self._setup_turn(install_source(workspace, ipython, workdir), hello=True)
         if self.bridge.flag_magic is not None:
             self._session.locate_flag(self.bridge.flag_magic)
         if wanted:

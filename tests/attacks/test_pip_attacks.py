@@ -1,0 +1,186 @@
+"""Attacks through %pip: hostile wheels, lying metadata, forged door requests, options that
+would point the host's pip elsewhere, dependency floods, oversized and never-ending downloads.
+Each ends with a clear outcome, nothing written outside the session's package folder, no pip
+process left running, and the next cell working. The index is real HTTP on 127.0.0.1
+(tests/package_index.py); the host's pip runs unchanged against it.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sandbox_kernel.core.policy import ExecutionPolicy
+from sandbox_kernel.repl import REPLConfig, ReplSandbox
+from tests.kernel.conftest import processes_mentioning
+from tests.package_index import PackageIndex
+
+POLICY = ExecutionPolicy(fuel_budget=200_000_000_000, timeout_seconds=60)
+
+
+@pytest.fixture(scope="module")
+def index() -> Iterator[PackageIndex]:
+    index = PackageIndex()
+    index.add("plain", "1.0", {"plain.py": "OK = True\n"})
+    index.add(
+        "escaper",
+        "1.0",
+        {"escaper.py": ""},
+        extra_members={"../../escaped.py": b"owned = 1\n", "/tmp/absolute.py": b""},
+    )
+    index.add("liar", "1.0", {"numpy/__init__.py": "FAKE = True\n"})
+    index.files["liar-1.0-py3-none-any.whl"] = _renamed(index, "liar", "numpy")
+    index.add("bulky", "1.0", {"bulky.bin": os.urandom(200_000)})
+    index.add("flood", "1.0", {"flood.py": ""}, requires=[f"dep{i}" for i in range(150)])
+    index.add("slowpoke", "1.0", {"slowpoke.py": ""})
+    index.slow["slowpoke-1.0-py3-none-any.whl"] = 60.0
+    with index:
+        saved = {key: os.environ.get(key) for key in index.pip_env()}
+        os.environ.update(index.pip_env())
+        yield index
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def _renamed(index: PackageIndex, name: str, claimed: str) -> bytes:
+    """`name`'s wheel whose METADATA says it is `claimed` (a wheel that lies)."""
+    import io
+    import zipfile
+
+    source = zipfile.ZipFile(io.BytesIO(index.files[f"{name}-1.0-py3-none-any.whl"]))
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as target:
+        for info in source.infolist():
+            data = source.read(info)
+            if info.filename.endswith("METADATA"):
+                data = data.replace(f"Name: {name}".encode(), f"Name: {claimed}".encode())
+            target.writestr(info, data)
+    return out.getvalue()
+
+
+@pytest.fixture
+def session(tmp_path: Path, index: PackageIndex) -> Iterator[ReplSandbox]:
+    config = REPLConfig(
+        ipython=True,
+        packages=True,
+        policy=POLICY,
+        workspace=tmp_path / "workspace",
+        timeout_ms=60_000,
+        max_package_bytes=100_000,
+    )
+    with ReplSandbox(config) as repl:
+        yield repl
+
+
+def _next_cell_works(repl: ReplSandbox) -> None:
+    done = repl.execute("%pip install plain\nimport plain\nplain.OK")
+    assert done.status == "ok" and done.result == {"text/plain": "True"}, done
+
+
+def test_a_wheel_with_paths_outside_its_folder_is_refused(
+    session: ReplSandbox, tmp_path: Path
+) -> None:
+    done = session.execute("%pip install escaper")
+    assert "the wheel holds a path outside its folder" in done.stderr
+    assert not (tmp_path / "escaped.py").exists()
+    assert not (session.workspace / "escaped.py").exists()
+    assert not Path("/tmp/absolute.py").exists()
+    _next_cell_works(session)
+
+
+def test_a_wheel_that_lies_about_its_name_cannot_replace_an_image_package(
+    session: ReplSandbox,
+) -> None:
+    done = session.execute("%pip install liar")
+    assert "ERROR: no usable wheel of liar" in done.stderr
+    assert session.execute("import numpy\nhasattr(numpy, 'FAKE')").result == {"text/plain": "False"}
+    _next_cell_works(session)
+
+
+def test_oversized_downloads_are_refused(session: ReplSandbox) -> None:
+    done = session.execute("%pip install bulky")
+    assert "more than 100,000 bytes" in done.stderr
+    assert not (session.workspace / ".packages" / "bulky.bin").exists()
+    _next_cell_works(session)
+
+
+def test_a_dependency_flood_is_refused_before_pip_runs(
+    session: ReplSandbox, index: PackageIndex
+) -> None:
+    done = session.execute("%pip install flood")
+    assert "would bring more than 100 packages" in done.stderr
+    assert not any("dep1" in path for path in index.requests)
+    _next_cell_works(session)
+
+
+@pytest.mark.parametrize(
+    "cell",
+    [
+        # Wheels nobody fetched: by a name, by a path.
+        "__sandbox_kernel__.call_binary('wheel', sha256='0' * 64)",
+        "__sandbox_kernel__.call_binary('wheel', sha256='../../../../etc/passwd')",
+        # Options and requirements that would point pip elsewhere, sent to the door directly.
+        "__sandbox_kernel__.call('pip', args=['--index-url=http://127.0.0.1:9/', 'plain'])",
+        "__sandbox_kernel__.call('pip', args=['plain @ file:///etc/passwd'])",
+        "__sandbox_kernel__.call('pip', args=['--', '--extra-index-url', 'http://x/'])",
+        "__sandbox_kernel__.call('pip', args=['x'] * 10_000)",
+        "__sandbox_kernel__.call('pip', args=['plain'], installed=['not', 'a', 'dict'])",
+        "__sandbox_kernel__.call('pip', args=[{'not': 'text'}])",
+    ],
+)
+def test_forged_door_requests_get_clear_errors(
+    session: ReplSandbox, index: PackageIndex, cell: str
+) -> None:
+    asked = len(index.requests)
+    done = session.execute(f"answer = {cell}\nanswer")
+    if done.status == "ok":  # refused in the answer: pip never ran
+        assert "error" in str(done.result), done
+    else:
+        assert done.ename in ("ValueError", "PermissionError"), done
+    assert len(index.requests) == asked
+    _next_cell_works(session)
+
+
+def test_an_interrupt_ends_a_download_that_never_finishes(session: ReplSandbox) -> None:
+    threading.Timer(2.0, session.cancel).start()
+    started = time.monotonic()
+    done = session.execute("%pip install slowpoke")
+    assert time.monotonic() - started < 20, done
+    assert done.status in ("cancelled", "ok"), done
+    assert "stopped" in done.stderr or done.status == "cancelled", done
+    _no_pip_left()
+    _next_cell_works(session)
+
+
+def test_the_cell_deadline_ends_a_download_that_never_finishes(
+    tmp_path: Path, index: PackageIndex
+) -> None:
+    config = REPLConfig(
+        ipython=True,
+        packages=True,
+        policy=POLICY,
+        workspace=tmp_path / "workspace",
+        timeout_ms=4_000,
+    )
+    with ReplSandbox(config) as repl:
+        started = time.monotonic()
+        done = repl.execute("%pip install slowpoke")
+        assert time.monotonic() - started < 20, done
+        assert done.status == "timeout", done
+        _no_pip_left()
+        _next_cell_works(repl)
+
+
+def _no_pip_left() -> None:
+    deadline = time.monotonic() + 5
+    while processes_mentioning("sandbox-kernel-wheels-") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert processes_mentioning("sandbox-kernel-wheels-") == []
