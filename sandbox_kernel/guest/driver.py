@@ -100,6 +100,7 @@ def install(
     workdir: str | None = None,
     shell: bool = False,
     packages: str | None = None,
+    package_data: dict[str, str] | None = None,
 ) -> Driver:
     """Create the session's driver, bind it and its helpers, say hello to the host.
 
@@ -107,7 +108,8 @@ def install(
     A driver already bound in that module is uninstalled first, so patches never stack.
     `workdir` becomes the working directory; `shell` runs cells through IPython (the module
     sandbox_kernel_shell, loaded before this call); `packages` is the session's own package
-    folder (%pip install), searched after the image's packages.
+    folder (%pip install), searched after the image's packages; `package_data` maps a
+    package to a folder of files its wheel ships that the image left out.
     """
     if door is None:
         import _host  # the WebAssembly guest's builtin door module
@@ -119,6 +121,11 @@ def install(
         previous.uninstall()
     driver = Driver(door, main)
     driver.bind()
+    imports = sys.modules.get("sandbox_kernel_imports")
+    if imports is not None:  # corrections to the image's packages (imports.py)
+        imports.after_import("numpy", sys.modules["sandbox_kernel_numpy"].patch)
+        for package, folder in (package_data or {}).items():
+            imports.after_import(package, imports.extend_path(folder))
     if packages is not None:
         driver.packages = packages
         if packages not in sys.path:

@@ -1,10 +1,12 @@
 """The guest library: IPython and its pure-Python dependencies, for sessions that run cells
-through IPython (the kernel's).
+through IPython (the kernel's), and the package data the guest image left out.
 
 The wheels are pinned with hashes in `sandbox_kernel/guest/requirements.txt`. pip installs them
 from the package index with `--only-binary=:all:` (never an sdist built on the host),
 `--require-hashes` and `--no-deps` into a private folder keyed by the requirements' digest;
-sessions see that folder read-only at `GUEST_PATH`. It is made once per machine: by
+sessions see that folder read-only at `GUEST_PATH`. Package data (guest/package-data.txt:
+scikit-learn's sample images) is taken from the same version's wheel, hash-pinned too, and kept
+under `_package_data/<package>/`. It is made once per machine: by
 `sandbox-kernel warm`, by bin/setup, or by the first session that needs it.
 
 Must not import: wasmtime, anything Jupyter.
@@ -14,22 +16,41 @@ from __future__ import annotations
 
 import hashlib
 import importlib.resources
+import io
 import shutil
 import subprocess
 import sys
 import tempfile
 import threading
+import zipfile
 from pathlib import Path
 
 from sandbox_kernel.core.errors import SandboxExecutionError
 from sandbox_kernel.host.engine import cache_dir
 
-__all__ = ["GUEST_PATH", "GuestLibraryError", "guest_library", "requirements_text"]
+__all__ = [
+    "DATA_FOLDER",
+    "GUEST_PATH",
+    "PACKAGE_DATA",
+    "GuestLibraryError",
+    "guest_library",
+    "requirements_text",
+]
 
 GUEST_PATH = "/usr/local/lib/site-packages"  # where sessions see the library
+# Package data the image left out (guest/package-data.txt): package -> the wheel's folder of
+# it. The library keeps it at DATA_FOLDER/<package>/<folder name>; the guest adds
+# DATA_FOLDER/<package> to the package's __path__ (guest/imports.py).
+DATA_PINS = "package-data.txt"
+DATA_FOLDER = "_package_data"
+PACKAGE_DATA = {"sklearn.datasets": "sklearn/datasets/images/"}
+# The wheel the data is taken from: one fixed file, whatever the host (CPython 3.12, Linux).
+_DATA_PLATFORM = ("--platform", "manylinux_2_28_x86_64", "--python-version", "3.12",
+                  "--implementation", "cp", "--abi", "cp312")  # fmt: skip
 GUEST_PYTHON = "3.15"  # the guest's Python: the wheels are chosen for it, not for the host
 _PIP_TIMEOUT_SECONDS = 600
 _DONE = ".complete"
+_LAYOUT = "package data: JPEG as PNG"  # how the folder is made, beside what: part of its key
 _LOCK = threading.Lock()
 
 
@@ -38,15 +59,16 @@ class GuestLibraryError(SandboxExecutionError):
 
 
 def requirements_text() -> str:
-    return (
-        importlib.resources.files("sandbox_kernel.guest").joinpath("requirements.txt").read_text()
-    )
+    """What the library holds: the IPython wheels' pins and the package data's."""
+    files = importlib.resources.files("sandbox_kernel.guest")
+    return files.joinpath("requirements.txt").read_text() + files.joinpath(DATA_PINS).read_text()
 
 
 def guest_library() -> Path:
     """The installed library's folder, installing it first when this machine has none."""
     text = requirements_text()
-    folder = cache_dir() / "guest-library" / hashlib.sha256(text.encode()).hexdigest()[:24]
+    key = hashlib.sha256((text + _LAYOUT).encode()).hexdigest()[:24]
+    folder = cache_dir() / "guest-library" / key
     with _LOCK:
         if not (folder / _DONE).is_file():
             _install(text, folder)
@@ -58,34 +80,73 @@ def _install(text: str, folder: Path) -> None:
     folder.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     staging = Path(tempfile.mkdtemp(dir=folder.parent, prefix=".staging-"))
     try:
+        files = importlib.resources.files("sandbox_kernel.guest")
         requirements = staging / "requirements.txt"
-        requirements.write_text(text)
+        requirements.write_text(files.joinpath("requirements.txt").read_text())
         target = staging / "lib"
-        command = [
-            sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-            "--no-input", "--no-deps", "--only-binary=:all:", "--require-hashes",
-            "--no-compile", "--implementation", "py", "--platform", "any",
+        _pip(
+            "install", "--no-compile", "--implementation", "py", "--platform", "any",
             "--python-version", GUEST_PYTHON, "--target", str(target), "-r", str(requirements),
-        ]  # fmt: skip
-        try:
-            done = subprocess.run(
-                command, capture_output=True, text=True, timeout=_PIP_TIMEOUT_SECONDS, check=False
-            )
-        except subprocess.TimeoutExpired:
-            raise GuestLibraryError(
-                f"installing the guest's IPython took over {_PIP_TIMEOUT_SECONDS} s"
-            ) from None
-        if done.returncode != 0:
-            detail = (done.stderr or done.stdout).strip().splitlines()[-5:]
-            raise GuestLibraryError(
-                "could not install the guest's IPython from the package index "
-                f"(pip said: {' / '.join(detail) or done.returncode}); "
-                "run `sandbox-kernel warm` where the index is reachable"
-            )
+        )  # fmt: skip
         shutil.rmtree(target / "bin", ignore_errors=True)  # console scripts: nothing to run
+        data = staging / "package-data.txt"
+        data.write_text(files.joinpath(DATA_PINS).read_text())
+        wheels = staging / "wheels"
+        _pip("download", *_DATA_PLATFORM, "--dest", str(wheels), "-r", str(data))
+        for wheel in wheels.glob("*.whl"):
+            _extract_data(wheel, target)
         (target / _DONE).write_text(text)
         if folder.exists():
             shutil.rmtree(folder)
         target.rename(folder)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def _pip(*args: str) -> None:
+    """The host's pip: wheels only, each checked against its pinned hash, no dependencies."""
+    command = [
+        sys.executable, "-m", "pip", args[0], "--quiet", "--disable-pip-version-check",
+        "--no-input", "--no-deps", "--only-binary=:all:", "--require-hashes", *args[1:],
+    ]  # fmt: skip
+    try:
+        done = subprocess.run(
+            command, capture_output=True, text=True, timeout=_PIP_TIMEOUT_SECONDS, check=False
+        )
+    except subprocess.TimeoutExpired:
+        raise GuestLibraryError(
+            f"installing the guest library took over {_PIP_TIMEOUT_SECONDS} s"
+        ) from None
+    if done.returncode != 0:
+        detail = (done.stderr or done.stdout).strip().splitlines()[-5:]
+        raise GuestLibraryError(
+            "could not install the guest library (IPython, package data) from the package "
+            f"index (pip said: {' / '.join(detail) or done.returncode}); "
+            "run `sandbox-kernel warm` where the index is reachable"
+        )
+
+
+def _extract_data(wheel: Path, target: Path) -> None:
+    """PACKAGE_DATA's folders of `wheel` into `target`: plain files, by name, nothing else."""
+    with zipfile.ZipFile(wheel) as archive:
+        for name in archive.namelist():
+            for package, prefix in PACKAGE_DATA.items():
+                rest = name.removeprefix(prefix)
+                if rest != name and rest and "/" not in rest:
+                    path = target / DATA_FOLDER / package / Path(prefix).name / rest
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    path.write_bytes(_readable(archive.read(name), rest))
+
+
+def _readable(data: bytes, name: str) -> bytes:
+    """A file as the guest can read it: the guest's Pillow has no JPEG decoder, so a JPEG is
+    decoded here and kept, under its own name (packages look for *.jpg), as a lossless PNG of
+    the same pixels. Pillow reads an image by its content, whatever its name."""
+    if not name.lower().endswith((".jpg", ".jpeg")):
+        return data
+    from PIL import Image
+
+    out = io.BytesIO()
+    with Image.open(io.BytesIO(data)) as image:
+        image.save(out, format="PNG")
+    return out.getvalue()

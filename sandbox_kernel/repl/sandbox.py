@@ -33,7 +33,13 @@ from typing import Any
 from sandbox_kernel.core.errors import SandboxExecutionError
 from sandbox_kernel.core.results import LimitKind
 from sandbox_kernel.host.artifacts import python_image
-from sandbox_kernel.host.guest_library import GUEST_PATH, guest_library, requirements_text
+from sandbox_kernel.host.guest_library import (
+    DATA_FOLDER,
+    GUEST_PATH,
+    PACKAGE_DATA,
+    guest_library,
+    requirements_text,
+)
 from sandbox_kernel.host.session import (
     GuestSession,
     MemoryImage,
@@ -82,6 +88,8 @@ _ROLLBACK_NOTE = (
 
 # The guest modules, in load order: (module name in the guest, file in sandbox_kernel/guest).
 GUEST_MODULES = (
+    ("sandbox_kernel_imports", "imports.py"),
+    ("sandbox_kernel_numpy", "numpy64.py"),
     ("sandbox_kernel_introspect", "introspect.py"),
     ("sandbox_kernel_driver", "driver.py"),
 )
@@ -109,7 +117,8 @@ def install_source(workspace: str, ipython: bool = False, workdir: str | None = 
     if not ipython:
         return loader_source(GUEST_MODULES, then=_install_call(workdir=workdir, shell=False))
     packages = f"{workspace}/{PACKAGES_FOLDER}"
-    install = _install_call(workdir=workdir, shell=True, packages=packages)
+    data = {package: f"{GUEST_PATH}/{DATA_FOLDER}/{package}" for package in PACKAGE_DATA}
+    install = _install_call(workdir=workdir, shell=True, packages=packages, package_data=data)
     shell = loader_source(SHELL_MODULES, then=install)
     return loader_source(
         GUEST_MODULES, then=f"__import__('sys').path.append({GUEST_PATH!r})\n{shell}"

@@ -1,0 +1,141 @@
+"""NumPy's default integer, made 64-bit where a cell asks for it.
+
+Runs INSIDE the sandbox's CPython, loaded as the module "sandbox_kernel_numpy" with the
+driver, which has `patch(numpy)` called as soon as numpy is imported (imports.py).
+
+In WebAssembly (wasm32) NumPy's default integer, np.int_ (the C long, intp), is 32-bit: on the
+64-bit machines notebooks are written for it is 64-bit. So `np.arange(100_000).sum()` gives
+704982704 here and 4999950000 there, silently. NumPy's default is compiled in; what can be
+changed are the functions cells call by name. These, in the numpy namespace, give int64 where
+they would give the default integer (an explicit dtype other than `int`, np.int_ or "int" is
+kept, and so is the dtype of an array passed in):
+
+    array, asarray, asanyarray, arange, zeros, ones, empty, full, fromiter, random.randint
+    sum, prod, cumsum, cumprod, nansum, nanprod (int32 accumulates in int64, as on Linux)
+
+What stays 32-bit (README, "numpy's 32-bit integer"): ndarray methods (`a.astype(int)`,
+`a.sum()` of an int32 array), indices NumPy returns (argmax, nonzero, where, argsort,
+bincount: intp), and arrays numpy's C code makes for other libraries. pandas' integers are
+int64 already.
+
+Must import only the standard library at module level.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+__all__ = ["patch"]
+
+_PATCHED = "__sandbox_kernel_int64__"
+_CREATORS = ("array", "asarray", "asanyarray", "fromiter")
+_FILLED = ("zeros", "ones", "empty")
+_REDUCTIONS = ("sum", "prod", "cumsum", "cumprod", "nansum", "nanprod")
+
+
+def patch(np: Any) -> None:
+    """Replace numpy's creation functions and reductions by 64-bit-integer ones (once)."""
+    if getattr(np, _PATCHED, False):
+        return
+    if np.dtype(np.int_).itemsize < 8:  # a 64-bit numpy needs nothing
+        _creators(np)
+        _reductions(np)
+    setattr(np, _PATCHED, True)
+
+
+def _wanted(dtype: Any) -> Any:
+    """`int` and "int" mean the platform's integer: 64-bit, as on Linux. (np.int_ cannot be
+    told from an explicit np.int32 here: they are the same type, so both are kept.)"""
+    return "int64" if dtype is int or (isinstance(dtype, str) and dtype == "int") else dtype
+
+
+def _replace(owner: Any, name: str, make: Any) -> None:
+    """owner.name = make(original), looking like the original (name, docs, __wrapped__)."""
+    original = getattr(owner, name)
+    replacement = functools.update_wrapper(make(original), original)
+    replacement.__sandbox_kernel_original__ = original
+    setattr(owner, name, replacement)
+
+
+def _creators(np: Any) -> None:
+    int64, default = np.dtype(np.int64), np.dtype(np.int_)
+    for name in _CREATORS:
+        _replace(np, name, lambda original: _creator(original, int64, default))
+    for name in _FILLED:
+        _replace(np, name, _filled)
+    _replace(np, "full", lambda original: _full(original, int64))
+    _replace(np, "arange", lambda original: _arange(original, int64))
+    _replace(np.random, "randint", _randint)
+
+
+def _creator(original: Any, int64: Any, default: Any) -> Any:
+    def create(obj: Any, *args: Any, **kw: Any) -> Any:
+        if args and args[0] is not None:  # dtype, given by position
+            return original(obj, _wanted(args[0]), *args[1:], **kw)
+        if kw.get("dtype") is not None:
+            kw["dtype"] = _wanted(kw["dtype"])
+            return original(obj, *args, **kw)
+        result = original(obj, *args, **kw)
+        if getattr(result, "dtype", None) == default and not hasattr(obj, "dtype"):
+            return result.astype(int64)  # Python ints: the platform integer, 64-bit
+        return result  # an array's own dtype is kept
+
+    return create
+
+
+def _filled(original: Any) -> Any:
+    def fill(shape: Any, dtype: Any = float, *args: Any, **kw: Any) -> Any:
+        return original(shape, _wanted(dtype), *args, **kw)
+
+    return fill
+
+
+def _full(original: Any, int64: Any) -> Any:
+    def fill(shape: Any, fill_value: Any, dtype: Any = None, *args: Any, **kw: Any) -> Any:
+        if dtype is None and type(fill_value) is int:
+            dtype = int64
+        return original(shape, fill_value, _wanted(dtype), *args, **kw)
+
+    return fill
+
+
+def _arange(original: Any, int64: Any) -> Any:
+    def numbers(*args: Any, **kw: Any) -> Any:
+        bounds = (*args, kw.get("start"), kw.get("stop"), kw.get("step"))
+        ints = all(type(a) is int for a in bounds if a is not None)
+        if len(args) < 4 and kw.get("dtype") is None and ints:
+            kw["dtype"] = int64
+        elif kw.get("dtype") is not None:
+            kw["dtype"] = _wanted(kw["dtype"])
+        return original(*args, **kw)
+
+    return numbers
+
+
+def _randint(original: Any) -> Any:
+    def draw(low: Any, high: Any = None, size: Any = None, dtype: Any = int) -> Any:
+        return original(low, high, size, _wanted(dtype))
+
+    return draw
+
+
+def _reductions(np: Any) -> None:
+    """sum and its kin: a narrower integer accumulates in 64 bits, as numpy does on Linux."""
+
+    def reduction(original: Any) -> Any:
+        def reduce(a: Any, *args: Any, **kw: Any) -> Any:
+            if isinstance(a, list | tuple | range):
+                a = np.asarray(a)  # the patched one: Python ints become int64
+            if len(args) < 2 and kw.get("dtype") is None:  # (axis, dtype, ...) by position
+                kind = getattr(getattr(a, "dtype", None), "kind", None)
+                if kind in ("i", "b") and a.dtype.itemsize < 8:
+                    kw["dtype"] = np.int64
+                elif kind == "u" and a.dtype.itemsize < 8:
+                    kw["dtype"] = np.uint64
+            return original(a, *args, **kw)
+
+        return reduce
+
+    for name in _REDUCTIONS:
+        _replace(np, name, reduction)

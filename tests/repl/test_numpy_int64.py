@@ -1,0 +1,80 @@
+"""numpy's default integer in the sandbox (guest/numpy64.py): the functions cells call by name
+give int64 as on 64-bit Linux, so `np.arange(100_000).sum()` is right; explicit dtypes and
+arrays' own dtypes are kept; what stays 32-bit is what the README says. The real guest, numpy
+imported by a cell (the import hook) and from a warm image (patched before the image)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sandbox_kernel.core.policy import ExecutionPolicy
+from sandbox_kernel.repl import REPLConfig, ReplSandbox
+
+POLICY = ExecutionPolicy(fuel_budget=10**12, timeout_seconds=120, memory_bytes=1_000_000_000)
+
+# expression -> what 64-bit numpy on Linux gives (checked against it in
+# tests/kernel/test_data_compat.py).
+AS_ON_LINUX = {
+    "int(np.arange(100_000).sum())": "4999950000",
+    "int(np.sum([2**31, 2**31]))": "4294967296",
+    "int(np.prod(np.arange(1, 20)))": "121645100408832000",
+    "int(np.cumsum(np.arange(100_000))[-1])": "4999950000",
+    "str(np.array([1, 2]).dtype)": "'int64'",
+    "str(np.asarray([[1, 2], [3, 4]]).dtype)": "'int64'",
+    "str(np.zeros(3, dtype=int).dtype)": "'int64'",
+    "str(np.ones(3, dtype='int').dtype)": "'int64'",
+    "str(np.full(3, 7).dtype)": "'int64'",
+    "str(np.random.randint(0, 5, 3).dtype)": "'int64'",
+    "str(np.cumsum(np.ones(5, dtype=np.int8)).dtype)": "'int64'",
+    "str(np.sum(np.ones(5, dtype=bool)).dtype)": "'int64'",
+    # Kept: explicit dtypes, arrays' own, floats.
+    "str(np.array([1, 2], dtype=np.int32).dtype)": "'int32'",
+    "str(np.array(np.arange(3, dtype=np.int16)).dtype)": "'int16'",
+    "str(np.arange(5, dtype=np.uint8).dtype)": "'uint8'",
+    "str(np.arange(0, 1, 0.25).dtype)": "'float64'",
+    "str(np.zeros(3).dtype)": "'float64'",
+    "str(np.full(2, 1.5).dtype)": "'float64'",
+    "str(np.fromiter(range(3), dtype=int).dtype)": "'int64'",
+}
+
+
+@pytest.fixture(scope="module")
+def session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReplSandbox]:
+    workspace = tmp_path_factory.mktemp("numpy64")
+    config = REPLConfig(policy=POLICY, workspace=workspace, timeout_ms=120_000)
+    with ReplSandbox(config) as repl:
+        assert repl.execute("import numpy as np").status == "ok"
+        yield repl
+
+
+@pytest.mark.parametrize("expression", list(AS_ON_LINUX))
+def test_default_integer_is_64_bit(session: ReplSandbox, expression: str) -> None:
+    done = session.execute(expression)
+    assert done.status == "ok", done
+    assert done.result == {"text/plain": AS_ON_LINUX[expression]}
+
+
+def test_what_stays_32_bit_is_what_the_readme_says(session: ReplSandbox) -> None:
+    done = session.execute(
+        "a = np.array([1.5, 2.5])\n"
+        "[str(a.astype(int).dtype), str(np.argmax(a).dtype), str(np.dtype(np.int_))]"
+    )
+    assert done.result == {"text/plain": "['int32', 'int32', 'int32']"}
+
+
+def test_the_functions_still_look_like_numpys(session: ReplSandbox) -> None:
+    done = session.execute("(np.array.__name__, np.sum.__doc__ == np.sum.__wrapped__.__doc__)")
+    assert done.result == {"text/plain": "('array', True)"}
+
+
+def test_numpy_from_a_warm_image_is_patched_too(tmp_path: Path) -> None:
+    config = REPLConfig(
+        policy=POLICY, workspace=tmp_path, warm_start_modules=("numpy",), timeout_ms=120_000
+    )
+    for _ in range(2):  # the first session makes the image, the second starts from it
+        with ReplSandbox(config) as repl:
+            done = repl.execute("import numpy as np\nint(np.arange(100_000).sum())")
+            assert done.result == {"text/plain": "4999950000"}, done
