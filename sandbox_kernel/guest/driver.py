@@ -133,6 +133,8 @@ def install(
     if workdir is not None:
         os.chdir(workdir)
     if shell:
+        if "" not in sys.path:  # as ipykernel: modules in the working folder are importable
+            sys.path.insert(0, "")
         driver.start_shell()
     with memoryview(driver.flag) as view:  # hex of the pattern without copying its bytes
         magic = view[1:].hex()

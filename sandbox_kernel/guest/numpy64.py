@@ -6,9 +6,11 @@ driver, which has `patch(numpy)` called as soon as numpy is imported (imports.py
 In WebAssembly (wasm32) NumPy's default integer, np.int_ (the C long, intp), is 32-bit: on the
 64-bit machines notebooks are written for it is 64-bit. So `np.arange(100_000).sum()` gives
 704982704 here and 4999950000 there, silently. NumPy's default is compiled in; what can be
-changed are the functions cells call by name. These, in the numpy namespace, give int64 where
-they would give the default integer (an explicit dtype other than `int`, np.int_ or "int" is
-kept, and so is the dtype of an array passed in):
+changed are the functions cells call by name. These, in the numpy namespace, called from the
+notebook's own code (a cell, a function a cell defined, a %run script: module __main__), give
+int64 where they would give the default integer (an explicit dtype other than `int` or "int"
+is kept, and so is the dtype of an array passed in); called from a library they are numpy's
+own, since libraries here were built for this platform's intp:
 
     array, asarray, asanyarray, arange, zeros, ones, empty, full, fromiter, random.randint
     sum, prod, cumsum, cumprod, nansum, nanprod (int32 accumulates in int64, as on Linux)
@@ -24,6 +26,7 @@ Must import only the standard library at module level.
 from __future__ import annotations
 
 import functools
+import sys
 from typing import Any
 
 __all__ = ["patch"]
@@ -51,10 +54,19 @@ def _wanted(dtype: Any) -> Any:
 
 
 def _replace(owner: Any, name: str, make: Any) -> None:
-    """owner.name = make(original), looking like the original (name, docs, __wrapped__)."""
+    """owner.name = make(original) for the notebook's own code, looking like the original
+    (name, docs, __wrapped__). Libraries calling it get numpy's own: they were built and
+    tested for this platform's integer (scikit-learn passes `np.zeros(n, dtype=int)` to code
+    that wants intp, which is 32-bit here)."""
     original = getattr(owner, name)
-    replacement = functools.update_wrapper(make(original), original)
-    replacement.__sandbox_kernel_original__ = original
+    ours = make(original)
+
+    def replacement(*args: Any, **kw: Any) -> Any:
+        caller = sys._getframe(1).f_globals.get("__name__")
+        return (ours if caller == "__main__" else original)(*args, **kw)
+
+    functools.update_wrapper(replacement, original)
+    replacement.__sandbox_kernel_original__ = original  # type: ignore[attr-defined]
     setattr(owner, name, replacement)
 
 

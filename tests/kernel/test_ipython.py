@@ -69,6 +69,7 @@ COMPARED = [
     Cell("h = display('first', display_id=True)\nh.update('second')", text=False),
     Cell("def f(x):\n    return x * 2\nf(21)"),
     Cell("[i * i for i in range(5)]"),
+    Cell("quiet = 5\nquiet;"),  # a trailing semicolon hides the result
     Cell("{'a': list(range(30))}"),
     Cell("print('a'); print('b')"),
     Cell("import sys\nprint('err', file=sys.stderr)"),
