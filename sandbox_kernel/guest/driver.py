@@ -142,6 +142,12 @@ def install(
     return driver
 
 
+def _unchanged(namespace: Any, kept: dict[str, Any]) -> bool:
+    """Whether `namespace` still holds every value of `kept` under its name (one comparison
+    of two lists, element by element, identity first)."""
+    return list(map(namespace.get, kept)) == list(kept.values())
+
+
 def forget_finders(folder: str) -> None:
     """Make imports look at `folder` (and the folders in it) afresh: its files changed.
     Narrower than importlib.invalidate_caches(), which also empties zipimport's directory
@@ -175,6 +181,7 @@ class Driver:
         self._kept: list[tuple[Any, str, Any]] = []
         self._methods: dict[str, Any] = {}
         self._shell_kept: list[tuple[type, dict[str, Any]]] = []
+        self._shell_names: frozenset[str] = frozenset()  # the shell class's methods, by name
 
     # -- the door ------------------------------------------------------------------------
 
@@ -644,10 +651,15 @@ class Driver:
         ]
         self._methods = {name: value for name, value in vars(Driver).items() if callable(value)}
         self._shell_kept = []
+        self._shell_names = frozenset()
         if self.shell is not None:  # its class and IPython's: methods a cell could replace
             for cls in type(self.shell).__mro__[:2]:
                 methods = {n: v for n, v in vars(cls).items() if callable(v)}
                 self._shell_kept.append((cls, methods))
+            shell_class = type(self.shell)
+            self._shell_names = frozenset(
+                n for n in dir(shell_class) if callable(getattr(shell_class, n, None))
+            )
 
     def repair(self) -> None:
         """Put back what keep() remembered, and say so on stderr."""
@@ -656,13 +668,16 @@ class Driver:
             if value is not None and space.get(name, _MISSING) is not value:
                 space[name] = value
                 repaired.append(name)
-        for name, value in self._methods.items():
-            if name in vars(self):
-                del vars(self)[name]
-                repaired.append(f"{DRIVER_NAME}.{name}")
-            if vars(Driver).get(name) is not value:
-                setattr(Driver, name, value)
-                repaired.append(f"Driver.{name}")
+        own, methods = vars(self), self._methods
+        # Every cell comes here: the usual answer, nothing changed, is one C-level comparison.
+        if own.keys() & methods.keys() or not _unchanged(vars(Driver), methods):
+            for name, value in methods.items():
+                if name in own:
+                    del own[name]
+                    repaired.append(f"{DRIVER_NAME}.{name}")
+                if vars(Driver).get(name) is not value:
+                    setattr(Driver, name, value)
+                    repaired.append(f"Driver.{name}")
         repaired.extend(self._repair_shell())
         if repaired:
             print(
@@ -676,18 +691,23 @@ class Driver:
         """Put back the shell's methods: on its class, and where the instance shadows one."""
         repaired: list[str] = []
         for cls, methods in self._shell_kept:
+            namespace = vars(cls)
+            shadows = [n for n in _SHELL_METHODS if n in namespace and n not in methods]
+            if not shadows and _unchanged(namespace, methods):
+                continue
             for name, value in methods.items():
-                if vars(cls).get(name) is not value:
+                if namespace.get(name) is not value:
                     setattr(cls, name, value)
                     repaired.append(f"{cls.__name__}.{name}")
-            for name in [n for n in vars(cls) if n in _SHELL_METHODS and n not in methods]:
+            for name in shadows:
                 delattr(cls, name)  # a cell's, shadowing IPython's own
                 repaired.append(f"{cls.__name__}.{name}")
         shell = self.shell
         if shell is not None:
-            for name in [n for n in vars(shell) if callable(getattr(type(shell), n, None))]:
-                if not callable(vars(shell)[name]) or name in _SHELL_METHODS:
-                    del vars(shell)[name]
+            attributes = vars(shell)
+            for name in sorted(attributes.keys() & self._shell_names):
+                if not callable(attributes[name]) or name in _SHELL_METHODS:
+                    del attributes[name]
                     repaired.append(f"get_ipython().{name}")
         return repaired
 

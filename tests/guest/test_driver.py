@@ -478,22 +478,6 @@ def test_get_variable_missing_and_huge(session: Session, mod: types.ModuleType) 
     assert plain == [0, 1, 2, 3, "<truncated: more than 4 items>"]
 
 
-def test_numpy_values_are_plain(mod: types.ModuleType) -> None:
-    numpy = pytest.importorskip("numpy")
-    assert mod.to_plain(numpy.float64(1.5)) == 1.5 and mod.to_plain(numpy.int32(7)) == 7
-    assert mod.to_plain(numpy.array([[1, 2], [3, numpy.nan]])) == [[1.0, 2.0], [3.0, None]]
-    cut = mod.to_plain(numpy.zeros((10, 10)), max_items=25)
-    assert cut[-1] == "<truncated: more than 25 items>" or cut[-1][-1].startswith("<truncated")
-
-
-def test_pandas_values_are_plain(mod: types.ModuleType) -> None:
-    pandas = pytest.importorskip("pandas")
-    frame = pandas.DataFrame({"a": [1, 2], "b": ["x", None]})
-    assert mod.to_plain(frame) == [{"a": 1, "b": "x"}, {"a": 2, "b": None}]
-    assert mod.to_plain(frame["a"]) == [1, 2]
-    assert "text/html" in mod.format_bundle(frame)[0]
-
-
 def test_display_sends_live_and_lists_the_cells_displays(session: Session) -> None:
     reply = session.run(
         "display(1, 'a')\ndisplay({'text/markdown': '*m*'}, raw=True, metadata={'k': 1})"
@@ -507,12 +491,3 @@ def test_display_sends_live_and_lists_the_cells_displays(session: Session) -> No
     assert reply["displays"] == sent and reply["result"] is None
     assert session.run("display()")["displays"] == []
     assert session.run("display(1, raw=True)")["error"]["ename"] == "TypeError"
-
-
-def test_matplotlib_figures_are_shown_after_the_cell(session: Session) -> None:
-    pytest.importorskip("matplotlib")
-    reply = session.run("import matplotlib.pyplot as plt\nplt.plot([1, 2])\nplt.figure()")
-    assert reply["result"]["image/png"] and reply["result"]["text/plain"].startswith("<Figure")
-    (shown,) = reply["displays"]  # the figure that is the result is not shown twice
-    assert base64.b64decode(shown["data"]["image/png"]).startswith(b"\x89PNG")
-    assert session.run("plt.get_fignums()")["result"] == {"text/plain": "[]"}
