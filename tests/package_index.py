@@ -16,12 +16,12 @@ from __future__ import annotations
 import base64
 import hashlib
 import io
-import threading
 import time
 import zipfile
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
+from http.server import BaseHTTPRequestHandler
+
+from tests.local_http import LocalHTTPServer
 
 
 @dataclass
@@ -69,7 +69,7 @@ class PackageIndex:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}/simple/"
+        return f"{self._http.base}/simple/"
 
     def pip_env(self) -> dict[str, str]:
         """Variables that point the host's pip at this index alone."""
@@ -84,23 +84,12 @@ class PackageIndex:
         }
 
     def __enter__(self) -> PackageIndex:
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
-        )
-        self._thread.start()
+        self._http = LocalHTTPServer(self._handler())
+        self._http.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join()
-
-    def save(self, folder: Path) -> None:
-        """The wheels as files (for a test that inspects one)."""
-        for name, data in self.files.items():
-            (folder / name).write_bytes(data)
+        self._http.stop()
 
     def _page(self, project: str) -> bytes | None:
         links = [

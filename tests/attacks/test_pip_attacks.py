@@ -66,17 +66,22 @@ def _renamed(index: PackageIndex, name: str, claimed: str) -> bytes:
     return out.getvalue()
 
 
-@pytest.fixture
-def session(tmp_path: Path, index: PackageIndex) -> Iterator[ReplSandbox]:
-    config = REPLConfig(
+def _config(tmp_path: Path, **changes: object) -> REPLConfig:
+    """An IPython session with %pip on, in `tmp_path`, with `changes`."""
+    settings: dict[str, object] = {"timeout_ms": 60_000, "max_package_bytes": 100_000}
+    settings.update(changes)
+    return REPLConfig(
         ipython=True,
         packages=True,
         policy=POLICY,
         workspace=tmp_path / "workspace",
-        timeout_ms=60_000,
-        max_package_bytes=100_000,
+        **settings,  # type: ignore[arg-type]
     )
-    with ReplSandbox(config) as repl:
+
+
+@pytest.fixture
+def session(tmp_path: Path, index: PackageIndex) -> Iterator[ReplSandbox]:
+    with ReplSandbox(_config(tmp_path)) as repl:
         yield repl
 
 
@@ -163,14 +168,7 @@ def test_an_interrupt_ends_a_download_that_never_finishes(session: ReplSandbox) 
 def test_the_cell_deadline_ends_a_download_that_never_finishes(
     tmp_path: Path, index: PackageIndex
 ) -> None:
-    config = REPLConfig(
-        ipython=True,
-        packages=True,
-        policy=POLICY,
-        workspace=tmp_path / "workspace",
-        timeout_ms=4_000,
-    )
-    with ReplSandbox(config) as repl:
+    with ReplSandbox(_config(tmp_path, timeout_ms=4_000)) as repl:
         started = time.monotonic()
         done = repl.execute("%pip install slowpoke")
         assert time.monotonic() - started < 20, done

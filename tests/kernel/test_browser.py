@@ -54,6 +54,9 @@ ORDINARY_CELLS = [
     "import io\nfig, ax = plt.subplots(); ax.plot([3, 1, 2]); buffer = io.StringIO()\n"
     "fig.savefig(buffer, format='svg'); plt.close(fig)\n"
     "display({'image/svg+xml': buffer.getvalue()}, raw=True)",
+    # IPython in the guest, as JupyterLab shows it: a magic, a display updated by its id.
+    "%time total = sum(range(10))",
+    "handle = display('shown-first', display_id=True)\nhandle.update('updated-by-id')",
 ]
 
 
@@ -217,6 +220,9 @@ def test_no_probe_runs_script_in_jupyterlab(lab: Lab, browser: Any, tmp_path: Pa
         width = svg.last.evaluate("img => img.decode().then(() => img.naturalWidth)")
         assert width > 0, "the sanitized SVG no longer renders"
         assert page.get_by_text(NOTE).count() >= len(PROBES) - 3, "the notes are not shown"
+        assert outputs.get_by_text("Wall time").count() == 1, "%time printed nothing"
+        assert outputs.get_by_text("updated-by-id").count() == 1, "update_display not applied"
+        assert outputs.get_by_text("shown-first").count() == 0, "the old display stayed"
 
         # Saved, the notebook is signed as trusted; reopened, its outputs render again.
         page.evaluate("window.jupyterapp.commands.execute('docmanager:save')")

@@ -16,7 +16,6 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import nbformat
@@ -24,7 +23,7 @@ import papermill
 import pytest
 
 from tests.kernel.conftest import KERNEL_NAME, REPO, kernel_env
-from tests.kernel.test_notebooks import unexpected_errors
+from tests.kernel.test_notebooks import run_nbval, unexpected_errors
 
 NOTEBOOKS = REPO / "tests" / "notebooks"
 BASELINE = "sandbox-baseline"
@@ -61,21 +60,13 @@ def _texts(cell: nbformat.NotebookNode) -> list[str]:
 def _nbval(
     folder: Path, name: str, kernel: str, env: dict[str, str]
 ) -> subprocess.CompletedProcess[str]:
-    command = [
-        sys.executable, "-m", "pytest", "--nbval", name,
-        "--nbval-kernel-name", kernel,
-        "--nbval-sanitize-with", str(NOTEBOOKS / "sanitize.cfg"),
-        "--nbval-cell-timeout", "600",
-        "-p", "no:cacheprovider", "-q", "--rootdir", str(folder),
-    ]  # fmt: skip
-    return subprocess.run(
-        command,
-        cwd=folder,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=1200,
-        check=False,
+    sanitize = str(NOTEBOOKS / "sanitize.cfg")
+    return run_nbval(
+        name,
+        folder,
+        env,
+        *("--nbval-kernel-name", kernel, "--nbval-sanitize-with", sanitize),
+        *("--nbval-cell-timeout", "600", "--rootdir", str(folder)),
     )
 
 

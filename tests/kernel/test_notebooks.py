@@ -102,29 +102,25 @@ def test_papermill_runs_the_quickstart(tmp_path: Path, monkeypatch: pytest.Monke
 # -- nbval ------------------------------------------------------------------------------------
 
 
+def run_nbval(
+    notebook: str, cwd: Path, env: dict[str, str], *options: str
+) -> subprocess.CompletedProcess[str]:
+    """`pytest --nbval notebook` in a process of its own, from `cwd`, as a user runs it."""
+    command = [
+        sys.executable, "-m", "pytest", "--nbval", notebook, *options,
+        "-p", "no:cacheprovider", "-q",
+    ]  # fmt: skip
+    return subprocess.run(
+        command, cwd=cwd, env=env, capture_output=True, text=True, timeout=1200, check=False
+    )
+
+
 @pytest.mark.slow
 def test_nbval_passes_on_the_quickstart(tmp_path: Path) -> None:
     env = notebook_env(tmp_path)
     litter = REPO / "notebooks" / "workspace"
     littered_before = litter.exists()
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "--nbval",
-            str(QUICKSTART.relative_to(REPO)),
-            "-p",
-            "no:cacheprovider",
-            "-q",
-        ],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    done = run_nbval(str(QUICKSTART.relative_to(REPO)), REPO, env)
     assert done.returncode == 0, f"nbval failed:\n{done.stdout[-6000:]}\n{done.stderr[-3000:]}"
     assert re.search(r"\b\d+ passed\b", done.stdout)
     assert litter.exists() == littered_before, "nbval's kernel made a workspace in notebooks/"

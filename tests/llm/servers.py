@@ -17,8 +17,10 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from tests.local_http import LocalHTTPServer
 
 Answer = Callable[[list[dict[str, Any]]], str]
 
@@ -54,15 +56,11 @@ class ModelServer:
         self._lock = threading.Lock()
         self._active = 0
         self.peak_concurrency = 0
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
-        )
+        self._http = LocalHTTPServer(self._handler())
 
     @property
     def base(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
+        return self._http.base
 
     @property
     def openai_url(self) -> str:
@@ -73,13 +71,11 @@ class ModelServer:
             self._planned.extend(replies)
 
     def __enter__(self) -> ModelServer:
-        self._thread.start()
+        self._http.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join()
+        self._http.stop()
 
     def _next(self) -> Reply | None:
         with self._lock:
