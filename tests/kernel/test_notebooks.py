@@ -221,6 +221,9 @@ def test_console_session(console: Terminal) -> None:
     console.type("print('alive')\n")
     assert b"\r\nalive\r\n" in console.expect(PROMPT)
 
+    console.type("%time total = sum(range(10))\n")  # IPython in the guest, in the console
+    assert b"Wall time" in console.expect(PROMPT)
+
     kernels = children_of(console.process.pid)
     assert kernels, "the console started no kernel process"
     console.type("\x04")  # Ctrl-D
