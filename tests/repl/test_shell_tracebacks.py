@@ -1,0 +1,44 @@
+"""IPython's tracebacks in the guest (guest/shell.py): the lexer made once gives exactly what
+stack_data's own per-traceback lexer gives, and a session's first error is not the one that
+pays for IPython's imports (they are in the warm image)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from sandbox_kernel.core.policy import ExecutionPolicy
+from sandbox_kernel.repl import REPLConfig, ReplSandbox
+
+POLICY = ExecutionPolicy(fuel_budget=10**12, timeout_seconds=120)
+
+
+@pytest.fixture(scope="module")
+def session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReplSandbox]:
+    config = REPLConfig(ipython=True, policy=POLICY, workspace=tmp_path_factory.mktemp("tb"))
+    with ReplSandbox(config) as repl:
+        yield repl
+
+
+def test_highlighting_is_stack_datas(session: ReplSandbox) -> None:
+    done = session.execute(
+        "import stack_data.core as core, stack_data.utils as utils\n"
+        "from pygments.formatters import Terminal256Formatter\n"
+        "formatter = Terminal256Formatter(style='default')\n"
+        "code = 'def f(x):\\n    return x / 0  # note\\nf(1)\\n'\n"
+        "same = [core._pygmented_with_ranges(formatter, code, r)\n"
+        "        == utils._pygmented_with_ranges(formatter, code, r)\n"
+        "        for r in ([(13, 25)], [], [(0, 3), (30, 40)])]\n"
+        "same, core._pygmented_with_ranges is utils._pygmented_with_ranges"
+    )
+    assert done.result == {"text/plain": "([True, True, True], False)"}, done
+
+
+def test_a_first_error_costs_what_later_ones_do(session: ReplSandbox) -> None:
+    first = session.execute("1 / 0")
+    later = session.execute("1 / 0")
+    assert first.ename == later.ename == "ZeroDivisionError"
+    assert "Traceback (most recent call last)" in "\n".join(first.traceback)  # IPython's
+    # Before the warm-up, the first cost 790 M instructions against 170 M for the next.
+    assert first.fuel_consumed < 3 * later.fuel_consumed, (first.fuel_consumed, later)
