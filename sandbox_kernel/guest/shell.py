@@ -227,6 +227,11 @@ def _shell_class(driver: Any) -> Any:
 
         system_raw = system = system_piped
 
+        def set_next_input(self, text: str, replace: bool = False) -> None:
+            """As ipykernel: a `set_next_input` payload (%load, %recall), not readline's."""
+            payload = {"source": "set_next_input", "text": text, "replace": replace}
+            self.payload_manager.write_payload(payload)
+
         def getoutput(self, cmd: str, split: bool = True, depth: int = 0) -> Any:
             raise NoProcessesError(NO_PROCESSES.format(what=f"`!!{cmd}`"))
 

@@ -154,6 +154,17 @@ def test_working_folder_is_the_workspace(kernel: RunningKernel) -> None:
     assert kernel.run_ok("open('relative.txt').read()").result() == "'from a cell\\n'"
 
 
+def test_load_fills_the_next_cell_as_on_ipykernel(
+    kernel: RunningKernel, ipykernel: RunningKernel
+) -> None:
+    payloads = []
+    for running in (kernel, ipykernel):
+        running.run_ok("%%writefile snippet.py\nprint('loaded')")
+        payloads.append(running.run_ok("%load snippet.py").reply["payload"])
+    assert payloads[0] == payloads[1]
+    assert payloads[0][0]["source"] == "set_next_input" and payloads[0][0]["replace"] is True
+
+
 def test_help_is_a_page_payload(kernel: RunningKernel) -> None:
     execution = kernel.run_ok("len?")
     [page] = execution.reply["payload"]

@@ -29,3 +29,25 @@ def test_a_file_that_sets_the_time_gets_fuel_for_it(tmp_path: Path) -> None:
 def test_a_file_that_sets_fuel_keeps_it(tmp_path: Path) -> None:
     policy = _settings(tmp_path, "[policy]\ntimeout_seconds = 30\nfuel_budget = 5000000\n").policy
     assert policy.fuel_budget == 5_000_000
+
+
+def _switches(tmp_path: Path, **env: str) -> KernelSettings:
+    base = {"SANDBOX_KERNEL_WORKSPACE": str(tmp_path / "workspace"), **env}
+    return KernelSettings.from_environment(base, cwd=tmp_path)
+
+
+def test_pip_is_on_in_the_kernel_and_off_when_guarded_or_asked(tmp_path: Path) -> None:
+    assert _switches(tmp_path).repl_config().packages is True
+    assert _switches(tmp_path, SANDBOX_KERNEL_PIP="off").packages is False
+    assert _switches(tmp_path, SANDBOX_KERNEL_PIP="0").packages is False
+    # The guarded spec never has it, whatever the variable says.
+    guarded = _switches(tmp_path, SANDBOX_KERNEL_GUARDED="1", SANDBOX_KERNEL_PIP="on")
+    assert guarded.repl_config().packages is False
+
+
+def test_the_notebook_folder_is_mounted_only_when_asked(tmp_path: Path) -> None:
+    assert _switches(tmp_path).repl_config().notebook_dir is None
+    asked = _switches(tmp_path, SANDBOX_KERNEL_NOTEBOOK_FOLDER="read-only")
+    assert asked.repl_config().notebook_dir == tmp_path.resolve()
+    # A typo grants nothing.
+    assert _switches(tmp_path, SANDBOX_KERNEL_NOTEBOOK_FOLDER="read-write").notebook_dir is None
