@@ -41,7 +41,7 @@ def patch(np: Any) -> None:
     """Replace numpy's creation functions and reductions by 64-bit-integer ones (once)."""
     if getattr(np, _PATCHED, False):
         return
-    if np.dtype(np.int_).itemsize < 8:  # a 64-bit numpy needs nothing
+    if np.dtype(np.int_).itemsize < 8:  # 32-bit (wasm32); a 64-bit numpy needs nothing
         _creators(np)
         _reductions(np)
     setattr(np, _PATCHED, True)
