@@ -267,9 +267,10 @@ class WheelFetcher:
         if match:
             name = match.group(1)
             return (
-                f"no pure-Python wheel of {name} for Python {self.python_version}: the sandbox "
-                "installs only wheels without compiled code (a package with C or Rust "
-                "extensions cannot load in WebAssembly), and never builds from source"
+                f"no pure-Python wheel of {name} for Python {self.python_version} on the "
+                "package index: the sandbox installs only wheels without compiled code (a "
+                "package with C or Rust extensions cannot load in WebAssembly) and never "
+                "builds from source; or there is no package of that name"
             )
         lines = [line for line in pip_said.splitlines() if line.startswith("ERROR")]
         return "pip failed: " + (" / ".join(lines[-3:]) or pip_said.strip()[-500:])

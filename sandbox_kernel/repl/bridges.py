@@ -31,6 +31,7 @@ from sandbox_kernel.repl.protocol import CellReply, error_answer, ok_answer
 __all__ = ["Bridge", "LineSplitter", "escalate_after", "stop_check"]
 
 _WAIT_SLICE_SECONDS = 0.01
+MAX_PIP_INSTALLS = 10  # %pip install requests per execution (each runs pip on the host)
 # The driver's own bookkeeping: counted against the per-execution budgets like every request,
 # and taken only when the host asked for it (the cell's one report, the one value a call of
 # ours waits for, the context while it is loaded, hello while the driver installs). Guest code
@@ -107,6 +108,7 @@ class Bridge:
         self.values: dict[str, tuple[bool, Any]] = {}
         self.calls = 0
         self.bytes = 0
+        self.pip_runs = 0  # %pip installs in this execution
         self.execution = 0  # counts begin(): which execution a callback serves
         # What the host waits for now (see _BOOKKEEPING); None: nothing of that kind.
         self.expected_cell: int | None = None
@@ -124,6 +126,7 @@ class Bridge:
         self.execution += 1
         self.calls = 0
         self.bytes = 0
+        self.pip_runs = 0
         self.soft_cancel.clear()
         self.hard_cancel.clear()
         self._wheels = {}  # a wheel is fetched in the execution that asked for it
@@ -370,6 +373,12 @@ class Bridge:
                 "PermissionError",
                 "%pip install is off in this session (REPLConfig.packages; the guarded kernel "
                 "never has it): only the sandbox image's packages can be imported",
+            )
+        # Each install runs pip on the host, outside the guest's fuel: a few per cell.
+        self.pip_runs += 1
+        if self.pip_runs > MAX_PIP_INSTALLS:
+            return ok_answer(
+                {"log": [], "error": f"at most {MAX_PIP_INSTALLS} %pip installs in one cell"}
             )
         try:
             parsed = parse_pip_args(list(request.get("args") or []))

@@ -126,6 +126,20 @@ def test_a_dependency_flood_is_refused_before_pip_runs(
     _next_cell_works(session)
 
 
+def test_a_cell_cannot_run_pip_on_the_host_without_end(
+    session: ReplSandbox, index: PackageIndex
+) -> None:
+    """Each %pip install runs pip on the host, outside the guest's fuel: a cell gets ten."""
+    done = session.execute(
+        "for i in range(30):\n    get_ipython().run_line_magic('pip', f'install nothere{i}')"
+    )
+    assert done.status == "ok", done
+    assert done.stderr.count("ERROR: no pure-Python wheel of nothere") == 10
+    assert done.stderr.count("at most 10 %pip installs in one cell") == 20
+    assert len([r for r in index.requests if "nothere" in r]) <= 10 * 2  # simple page, retries
+    _next_cell_works(session)
+
+
 @pytest.mark.parametrize(
     "cell",
     [
