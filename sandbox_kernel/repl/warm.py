@@ -68,13 +68,20 @@ def load(
 
 
 def _read_whole(path: Path) -> mmap.mmap:
-    """The file in a writable image buffer of its own: the session patches it in place with
-    what later turns write, so the first capture after a warm start copies little."""
+    """The file mapped copy-on-write: a buffer of the session's own, which it patches in place
+    with what later turns write (so the first capture after a warm start copies little), whose
+    pages stay the page cache's, shared by every kernel that started from this image, until
+    the session writes them. The file is never changed in place (save() replaces it by a
+    rename), so the mapping keeps the bytes whose digest load() checked."""
     with path.open("rb", buffering=0) as f:
-        data = image_buffer(os.fstat(f.fileno()).st_size)
-        if f.readinto(data) != len(data):
-            raise ValueError(f"{path} changed while it was read")
-    return data
+        size = os.fstat(f.fileno()).st_size
+        if not hasattr(mmap, "MAP_PRIVATE"):  # no copy-on-write mappings: a copy of its own
+            data = image_buffer(size)
+            if f.readinto(data) != len(data):
+                raise ValueError(f"{path} changed while it was read")
+            return data
+        prot = mmap.PROT_READ | mmap.PROT_WRITE
+        return mmap.mmap(f.fileno(), size, flags=mmap.MAP_PRIVATE, prot=prot)
 
 
 def save(

@@ -134,3 +134,42 @@ def test_writable_pages_are_protected_again_past_the_limit(
     image = session.capture(into=image)  # nothing written since: nothing copied
     assert session.last_capture_bytes == 0
     assert image.data[:] == memory_now(session)
+
+
+def _anonymous_kib(address: int) -> int:
+    """The private copies (Anonymous) in the mapping that holds `address`, from
+    /proc/self/smaps (a file page only read stays the page cache's, not counted)."""
+    current = False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        head = line.split()[0]
+        if "-" in head and ":" not in head:
+            start, end = (int(x, 16) for x in head.split("-"))
+            current = start <= address < end
+        elif current and line.startswith("Anonymous:"):
+            return int(line.split()[1])
+    raise AssertionError("no mapping holds the address")
+
+
+def test_a_restore_writes_only_the_pages_that_differ(tmp_path: Path) -> None:
+    """A page the image holds unchanged stays the shared one (copy-on-write, page cache): only
+    the pages that differ become the session's own."""
+    import mmap
+
+    page = 4096
+    initial = bytes(range(256)) * (64 * page // 256)  # 64 pages, as the instance starts
+    (tmp_path / "initial").write_bytes(initial)
+    image = bytearray(initial)
+    for changed in (3, 10, 11, 12, 63):
+        image[changed * page + 7] ^= 0xFF
+    with (tmp_path / "initial").open("rb") as f:
+        target = mmap.mmap(f.fileno(), len(initial), flags=mmap.MAP_PRIVATE)
+    source = mmap.mmap(-1, len(image))
+    source[:] = bytes(image)
+    target_view = (ctypes.c_char * len(initial)).from_buffer(target)
+    source_view = (ctypes.c_char * len(image)).from_buffer(source)
+    address = ctypes.addressof(target_view)
+    assert _anonymous_kib(address) == 0
+    session_module._copy_changed(address, ctypes.addressof(source_view), len(image))
+    assert bytes(target) == bytes(image)
+    assert _anonymous_kib(address) == 5 * page // 1024  # the five changed pages, no more
+    del target_view, source_view
