@@ -142,10 +142,33 @@ def install(
     return driver
 
 
-def _unchanged(namespace: Any, kept: dict[str, Any]) -> bool:
-    """Whether `namespace` still holds every value of `kept` under its name (one comparison
-    of two lists, element by element, identity first)."""
-    return list(map(namespace.get, kept)) == list(kept.values())
+class _ClassMethods:
+    """A class's methods as keep() found them, put back after a cell that replaced them; names
+    in `foreign` a cell may not add to the class (they would shadow a base class's)."""
+
+    def __init__(self, cls: type, foreign: frozenset[str] = frozenset()) -> None:
+        self.cls = cls
+        self.methods = {name: value for name, value in vars(cls).items() if callable(value)}
+        self._names = tuple(self.methods)
+        self._values = list(self.methods.values())
+        self._foreign = foreign - self.methods.keys()
+
+    def put_back(self) -> list[str]:
+        """What was put back, by name. Every cell comes here: the usual answer, nothing
+        changed, is one comparison of two lists (element by element, identity first)."""
+        namespace = vars(self.cls)
+        added = [name for name in self._foreign if name in namespace]
+        if not added and list(map(namespace.get, self._names)) == self._values:
+            return []
+        repaired = []
+        for name, value in self.methods.items():
+            if namespace.get(name) is not value:
+                setattr(self.cls, name, value)
+                repaired.append(f"{self.cls.__name__}.{name}")
+        for name in added:
+            delattr(self.cls, name)
+            repaired.append(f"{self.cls.__name__}.{name}")
+        return repaired
 
 
 def forget_finders(folder: str) -> None:
@@ -179,8 +202,8 @@ class Driver:
         self._outcome: dict[str, Any] = {}  # what the shell reported for the running cell
         # What running cells needs, as keep() found it at install (repair() puts it back).
         self._kept: list[tuple[Any, str, Any]] = []
-        self._methods: dict[str, Any] = {}
-        self._shell_kept: list[tuple[type, dict[str, Any]]] = []
+        self._methods = _ClassMethods(Driver)
+        self._shell_kept: list[_ClassMethods] = []
         self._shell_names: frozenset[str] = frozenset()  # the shell class's methods, by name
 
     # -- the door ------------------------------------------------------------------------
@@ -649,14 +672,12 @@ class Driver:
             (vars(self.main), DRIVER_NAME, self),
             (sys.modules, "sandbox_kernel_driver", sys.modules.get("sandbox_kernel_driver")),
         ]
-        self._methods = {name: value for name, value in vars(Driver).items() if callable(value)}
+        self._methods = _ClassMethods(Driver)
         self._shell_kept = []
         self._shell_names = frozenset()
         if self.shell is not None:  # its class and IPython's: methods a cell could replace
-            for cls in type(self.shell).__mro__[:2]:
-                methods = {n: v for n, v in vars(cls).items() if callable(v)}
-                self._shell_kept.append((cls, methods))
             shell_class = type(self.shell)
+            self._shell_kept = [_ClassMethods(c, _SHELL_METHODS) for c in shell_class.__mro__[:2]]
             self._shell_names = frozenset(
                 n for n in dir(shell_class) if callable(getattr(shell_class, n, None))
             )
@@ -668,16 +689,11 @@ class Driver:
             if value is not None and space.get(name, _MISSING) is not value:
                 space[name] = value
                 repaired.append(name)
-        own, methods = vars(self), self._methods
-        # Every cell comes here: the usual answer, nothing changed, is one C-level comparison.
-        if own.keys() & methods.keys() or not _unchanged(vars(Driver), methods):
-            for name, value in methods.items():
-                if name in own:
-                    del own[name]
-                    repaired.append(f"{DRIVER_NAME}.{name}")
-                if vars(Driver).get(name) is not value:
-                    setattr(Driver, name, value)
-                    repaired.append(f"Driver.{name}")
+        own = vars(self)
+        for name in sorted(own.keys() & self._methods.methods.keys()):
+            del own[name]
+            repaired.append(f"{DRIVER_NAME}.{name}")
+        repaired.extend(self._methods.put_back())
         repaired.extend(self._repair_shell())
         if repaired:
             print(
@@ -689,19 +705,7 @@ class Driver:
 
     def _repair_shell(self) -> list[str]:
         """Put back the shell's methods: on its class, and where the instance shadows one."""
-        repaired: list[str] = []
-        for cls, methods in self._shell_kept:
-            namespace = vars(cls)
-            shadows = [n for n in _SHELL_METHODS if n in namespace and n not in methods]
-            if not shadows and _unchanged(namespace, methods):
-                continue
-            for name, value in methods.items():
-                if namespace.get(name) is not value:
-                    setattr(cls, name, value)
-                    repaired.append(f"{cls.__name__}.{name}")
-            for name in shadows:
-                delattr(cls, name)  # a cell's, shadowing IPython's own
-                repaired.append(f"{cls.__name__}.{name}")
+        repaired = [name for kept in self._shell_kept for name in kept.put_back()]
         shell = self.shell
         if shell is not None:
             attributes = vars(shell)
