@@ -99,6 +99,7 @@ def install(
     *,
     workdir: str | None = None,
     shell: bool = False,
+    library: str | None = None,
     packages: str | None = None,
     package_data: dict[str, str] | None = None,
 ) -> Driver:
@@ -107,8 +108,8 @@ def install(
     `door` defaults to the guest's `_host.call`; `main_module` to sys.modules["__main__"].
     A driver already bound in that module is uninstalled first, so patches never stack.
     `workdir` becomes the working directory; `shell` runs cells through IPython (the module
-    sandbox_kernel_shell, loaded before this call); `packages` is the session's own package
-    folder (%pip install), searched after the image's packages; `package_data` maps a
+    sandbox_kernel_shell, loaded before this call); `library` (IPython's) and `packages` (the
+    session's own, %pip install) are searched after the image's packages; `package_data` maps a
     package to a folder of files its wheel ships that the image left out.
     """
     if door is None:
@@ -126,10 +127,10 @@ def install(
         imports.after_import("numpy", sys.modules["sandbox_kernel_numpy"].patch)
         for package, folder in (package_data or {}).items():
             imports.after_import(package, imports.extend_path(folder))
-    if packages is not None:
-        driver.packages = packages
-        if packages not in sys.path:
-            sys.path.append(packages)
+    for folder in (library, packages):
+        if folder is not None and folder not in sys.path:
+            sys.path.append(folder)
+    driver.packages = packages
     if workdir is not None:
         os.chdir(workdir)
     if shell:

@@ -229,18 +229,18 @@ class WheelFetcher:
             raise PackageError(f"pip brought no wheel for {', '.join(missing)}")
         return list(fetched.values())
 
-    def _pip(self, *args: str) -> str:
+    def _pip(self, *args: str) -> None:
         """Run the host's pip, ending it at the deadline or on an interrupt."""
         command = [
             sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-input",
             "--quiet", *args[:1], "--progress-bar", "off", *args[1:],
         ]  # fmt: skip
         with subprocess.Popen(
-            command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL
+            command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL
         ) as process:
             while True:
                 try:
-                    out, err = process.communicate(timeout=_POLL_SECONDS)
+                    _, err = process.communicate(timeout=_POLL_SECONDS)
                     break
                 except subprocess.TimeoutExpired:
                     if self.stop() or time.monotonic() >= self.deadline:
@@ -249,10 +249,8 @@ class WheelFetcher:
                         raise PackageError(
                             "%pip install was stopped (an interrupt or the cell's time limit)"
                         ) from None
-        text = err.decode(errors="replace")
         if process.returncode != 0:
-            raise PackageError(self._refusal(text))
-        return out.decode(errors="replace")
+            raise PackageError(self._refusal(err.decode(errors="replace")))
 
     def _refusal(self, pip_said: str) -> str:
         """Why pip found nothing, in the sandbox's words."""

@@ -19,6 +19,7 @@ from typing import Any
 from ipykernel.kernelbase import Kernel
 
 from sandbox_kernel import __version__
+from sandbox_kernel.host.guest_library import GUEST_PYTHON
 from sandbox_kernel.host.workspace import diff, snapshot
 from sandbox_kernel.kernel import magics, messages
 from sandbox_kernel.kernel.data_magics import DataMagics
@@ -34,7 +35,6 @@ from sandbox_kernel.repl.sandbox import ReplSandbox
 
 __all__ = ["SandboxKernel"]
 
-GUEST_PYTHON = "3.15"
 # The run log's per-cell listing of the workspace looks at this many entries at most (a cell
 # could make hundreds of thousands of folders; listing them twice per cell would cost seconds).
 LISTING_LIMIT = 10_000

@@ -136,11 +136,10 @@ class _DataSettings(TypedDict):
 def _data_settings(env: Mapping[str, str], here: Path) -> _DataSettings:
     """%dataset's registry and the guarded mode. An unclear SANDBOX_KERNEL_GUARDED value turns
     the mode on: a typo must not quietly drop a check someone asked for."""
-    guarded = env.get("SANDBOX_KERNEL_GUARDED", "").strip().lower()
     guard_file = env.get("SANDBOX_KERNEL_GUARD")
     return {
         "datasets": Path(env.get("SANDBOX_KERNEL_DATASETS") or here / "datasets" / "datasets.toml"),
-        "guarded": guarded not in ("", "0", "false", "no", "off"),
+        "guarded": _switch(env, "SANDBOX_KERNEL_GUARDED", default=False),
         "guard_file": Path(guard_file).expanduser() if guard_file else None,
     }
 

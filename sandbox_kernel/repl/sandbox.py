@@ -95,7 +95,7 @@ GUEST_MODULES = (
 )
 
 
-# With IPython (REPLConfig.ipython): the shell, loaded once the guest library is on sys.path.
+# With IPython (REPLConfig.ipython): the shell and %pip (they import IPython only when started).
 SHELL_MODULES = (("sandbox_kernel_shell", "shell.py"), ("sandbox_kernel_packages", "packages.py"))
 PACKAGES_FOLDER = ".packages"  # %pip's, in the workspace
 NOTEBOOK_PATH = "/notebook"  # REPLConfig.notebook_dir, read-only, the working folder
@@ -118,11 +118,10 @@ def install_source(workspace: str, ipython: bool = False, workdir: str | None = 
         return loader_source(GUEST_MODULES, then=_install_call(workdir=workdir, shell=False))
     packages = f"{workspace}/{PACKAGES_FOLDER}"
     data = {package: f"{GUEST_PATH}/{DATA_FOLDER}/{package}" for package in PACKAGE_DATA}
-    install = _install_call(workdir=workdir, shell=True, packages=packages, package_data=data)
-    shell = loader_source(SHELL_MODULES, then=install)
-    return loader_source(
-        GUEST_MODULES, then=f"__import__('sys').path.append({GUEST_PATH!r})\n{shell}"
+    install = _install_call(
+        workdir=workdir, shell=True, library=GUEST_PATH, packages=packages, package_data=data
     )
+    return loader_source(GUEST_MODULES + SHELL_MODULES, then=install)
 
 
 def _install_call(**arguments: object) -> str:
