@@ -235,15 +235,36 @@ class Driver:
         raise RuntimeError(f"the sandbox host sent a malformed answer to {op}")
 
     def call_binary(self, op: str, **fields: Any) -> bytes:
-        """A request from user code whose answer is bytes (a wheel), not JSON: an answer that
-        starts with "{" is the host's error."""
+        """A request from user code whose answer is bytes (a wheel): a binary answer."""
         self.check_interrupt()
-        raw = self._send(op, fields)
-        if raw[:1] == b"{":
-            self._unwrap(op, _loads(raw))
+        value = self._binary(op, fields)
+        if not isinstance(value, bytes):
             raise RuntimeError(f"the sandbox host sent a malformed answer to {op}")
         self.check_interrupt()
-        return raw
+        return value
+
+    def _binary(self, op: str, fields: dict[str, Any]) -> Any:
+        """The value of a binary answer (protocol.binary_answer): a JSON header line, then the
+        payload; an error comes as the usual JSON answer and is raised."""
+        raw = self._send(op, fields)
+        end = raw.find(b"\n")
+        header = _loads(raw[:end] if end >= 0 else raw)
+        if not isinstance(header, dict) or "kind" not in header or end < 0:
+            self._unwrap(op, header)  # raises the host's error, if that is what came
+            raise RuntimeError(f"the sandbox host sent a malformed answer to {op}")
+        payload = memoryview(raw)[end + 1 :]  # a view: a large payload is not copied again
+        if header.get("length") != len(payload):
+            raise RuntimeError(f"the sandbox host sent an answer of the wrong length to {op}")
+        kind = header["kind"]
+        if kind == "none":
+            return None
+        if kind == "str":
+            return str(payload, "utf-8")
+        if kind == "bytes":
+            return bytes(payload)
+        if kind == "json":
+            return json.loads(str(payload, "utf-8"))
+        raise RuntimeError(f"the sandbox host sent an answer of unknown kind {kind!r} to {op}")
 
     def call(self, op: str, **fields: Any) -> Any:
         """A request from user code: a safe point for the soft interrupt before and after."""
@@ -452,26 +473,7 @@ class Driver:
 
     def load_context(self) -> None:
         """Fetch the session's context (a binary answer) and bind it as `context` in __main__."""
-        raw = self._send("context", {})
-        end = raw.find(b"\n")
-        header = _loads(raw[:end] if end >= 0 else raw)
-        if not isinstance(header, dict) or "kind" not in header or end < 0:
-            self._unwrap("context", header)  # raises the host's error, if that is what came
-            raise RuntimeError("the sandbox host sent a malformed answer to context")
-        payload = memoryview(raw)[end + 1 :]  # a view: a large context is not copied again
-        if header.get("length") != len(payload):
-            raise RuntimeError("the sandbox host sent a context of the wrong length")
-        kind = header["kind"]
-        if kind == "none":
-            value: Any = None
-        elif kind == "str":
-            value = str(payload, "utf-8")
-        elif kind == "bytes":
-            value = bytes(payload)
-        elif kind == "json":
-            value = json.loads(str(payload, "utf-8"))
-        else:
-            raise RuntimeError(f"the sandbox host sent a context of unknown kind {kind!r}")
+        value = self._binary("context", {})
         self.main.context = value
         # A session starts here (fresh, or from a warm image made before %pip installed
         # anything): imports must look at the session's package folder as it is now.

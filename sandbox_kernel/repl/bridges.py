@@ -211,7 +211,7 @@ class Bridge:
         return ok_answer()
 
     def _op_context(self, request: dict[str, Any]) -> bytes:
-        return protocol.encode_context(self._context())
+        return protocol.binary_answer(self._context())
 
     def _op_display(self, request: dict[str, Any]) -> bytes:
         try:
@@ -421,7 +421,7 @@ class Bridge:
         path = self._wheels.get(str(request.get("sha256")))
         if path is None:
             return error_answer("ValueError", "no such wheel was fetched for this execution")
-        return path.read_bytes()
+        return protocol.binary_answer(path.read_bytes())
 
     def _wheel_folder(self) -> Path:
         """A fresh host-private folder for one request's wheels (the last one's removed)."""

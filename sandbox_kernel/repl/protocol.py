@@ -4,8 +4,8 @@ Every request the guest makes is one frame through the image's door (`_host.call
 the WebAssembly guest, a JSON-RPC 2.0 request over stdio in the native backend): a UTF-8 JSON
 object with an "op" and its fields. Every answer is a JSON object too: either {"ok": ...} with
 the op's value or {"error": {"type": T, "message": M}}, which the guest raises as an exception
-of that type (T in ERROR_TYPES; anything else becomes RuntimeError). A context payload is the
-one binary answer (see `context` below).
+of that type (T in ERROR_TYPES; anything else becomes RuntimeError). A context and a wheel
+come as binary answers (see `context` below).
 
 Guest -> host requests (the driver's side is sandbox_kernel/guest/driver.py):
 
@@ -30,10 +30,11 @@ Guest -> host requests (the driver's side is sandbox_kernel/guest/driver.py):
                -> {"ok": {"log": [line, ...], "wheels": [{name, version, filename, sha256,
                   size}, ...]}} or {"ok": {"log": [...], "error": why}}
     wheel      {"sha256": h}               one wheel the last pip answer named, as a binary
-                                           answer (the zip's bytes; an error is JSON)
+                                           answer of kind "bytes" (the zip's bytes)
     context    {}                          the session's context, as a binary answer:
                                            b"<json header>\n<payload>" with header
                                            {"kind": "none"|"str"|"bytes"|"json", "length": n}
+                                           (an error is the usual JSON answer)
     value      {"name": n, "value": ..., "found": bool}  get_variable's answer -> {"ok": true}
 
 Host -> guest: the host only ever enters the guest with a `turn` whose source is one call
@@ -56,8 +57,8 @@ __all__ = [
     "ERROR_TYPES",
     "CellReply",
     "ErrorInfo",
+    "binary_answer",
     "decode_request",
-    "encode_context",
     "error_answer",
     "ok_answer",
     "run_cell_turn",
@@ -123,16 +124,16 @@ def error_answer(kind: str, message: str) -> bytes:
     return json.dumps({"error": {"type": kind, "message": message}}).encode("utf-8")
 
 
-def encode_context(context: object) -> bytes:
-    """The binary answer to a context request: a JSON header line, then the payload."""
-    if context is None:
+def binary_answer(value: object) -> bytes:
+    """A binary answer (a context, a wheel): a JSON header line, then the payload."""
+    if value is None:
         kind, payload = "none", b""
-    elif isinstance(context, str):
-        kind, payload = "str", context.encode("utf-8")
-    elif isinstance(context, bytes | bytearray | memoryview):
-        kind, payload = "bytes", bytes(context)
+    elif isinstance(value, str):
+        kind, payload = "str", value.encode("utf-8")
+    elif isinstance(value, bytes | bytearray | memoryview):
+        kind, payload = "bytes", bytes(value)
     else:
-        kind, payload = "json", json.dumps(context, ensure_ascii=False).encode("utf-8")
+        kind, payload = "json", json.dumps(value, ensure_ascii=False).encode("utf-8")
     header = json.dumps({"kind": kind, "length": len(payload)}).encode("utf-8")
     return header + b"\n" + payload
 

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from sandbox_kernel.repl.protocol import encode_context, error_answer, ok_answer
+from sandbox_kernel.repl.protocol import binary_answer, error_answer, ok_answer
 
 DRIVER_PATH = Path(__file__).parents[2] / "sandbox_kernel" / "guest" / "driver.py"
 
@@ -53,7 +53,7 @@ class FakeDoor:
         if op in self.answers:
             return self.answers[op](request)
         if op == "context":
-            return encode_context(self.context)
+            return binary_answer(self.context)
         return ok_answer(True)
 
     def sent(self, op: str) -> list[dict[str, Any]]:
