@@ -14,6 +14,7 @@ Must not import: wasmtime, anything Jupyter.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.resources
 import io
@@ -58,6 +59,7 @@ class GuestLibraryError(SandboxExecutionError):
     """The guest library could not be installed (no package index, a hash mismatch)."""
 
 
+@functools.cache
 def requirements_text() -> str:
     """What the library holds: the IPython wheels' pins and the package data's."""
     files = importlib.resources.files("sandbox_kernel.guest")

@@ -60,14 +60,14 @@ def load(
         # Checked by digest, computed once per file identity (artifacts.sha256_of).
         if sha256_of(data_path) != meta.get("sha256"):
             return None
-        data = _read_whole(data_path)
+        data = _map_private(data_path)
     except (OSError, ValueError):
         return None
     flag = meta.get("flag_address")
     return MemoryImage(data, flag if isinstance(flag, int) else None)
 
 
-def _read_whole(path: Path) -> mmap.mmap:
+def _map_private(path: Path) -> mmap.mmap:
     """The file mapped copy-on-write: a buffer of the session's own, which it patches in place
     with what later turns write (so the first capture after a warm start copies little), whose
     pages stay the page cache's, shared by every kernel that started from this image, until
