@@ -1,0 +1,125 @@
+"""Where a trivial cell's time goes, with and without IPython in the guest (`ReplSandbox`).
+
+    .venv/bin/python bench/bench_cell_cost.py
+
+1. Per cell, medians of 60 `x = 1` cells: the whole execute() back to back, the guest turn
+   alone, instructions (fuel), and the memory pages the cell wrote (what the write watch
+   faults on and the image copies), for the plain driver and for IPython's shell.
+2. IPython's `run_cell` inside the guest, the door stubbed out, 300 cells in one turn: what the
+   shell itself costs, without the host.
+3. The bound on written pages kept writable between captures (session.REPROTECT_BYTES) at 2, 4
+   and 8 MB: an IPython cell back to back, medians of 100.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any
+
+from sandbox_kernel.core.policy import ExecutionPolicy
+from sandbox_kernel.host import session as session_module
+from sandbox_kernel.host import write_watch
+from sandbox_kernel.repl import REPLConfig, ReplSandbox
+
+POLICY = ExecutionPolicy(fuel_budget=10**12, timeout_seconds=300)
+IN_GUEST = """
+import time
+driver = __sandbox_kernel__
+door, driver.door = driver.door, (lambda frame: b'{"ok": true}')
+try:
+    began = time.perf_counter()
+    for i in range(300):
+        driver.run_cell(5000 + i, "x = 1")
+    per_cell = (time.perf_counter() - began) / 300 * 1000
+finally:
+    driver.door = door
+round(per_cell, 3)
+"""
+
+
+def session(ipython: bool) -> ReplSandbox:
+    repl = ReplSandbox(REPLConfig(ipython=ipython, policy=POLICY, timeout_ms=300_000))
+    for _ in range(10):
+        repl.execute("x = 1")
+    return repl
+
+
+def per_cell(ipython: bool) -> dict[str, float]:
+    written: list[int] = []
+    original = write_watch.WriteWatch.written
+
+    def counting(self: Any, *args: Any, **kwargs: Any) -> list[tuple[int, int]]:
+        runs: list[tuple[int, int]] = original(self, *args, **kwargs)
+        written.append(sum(length for _, length in runs))
+        return runs
+
+    bound = session_module.REPROTECT_BYTES
+    repl = session(ipython)
+    try:
+        took, turns, fuel = [], [], []
+        for _ in range(60):
+            began = time.perf_counter()
+            done = repl.execute("x = 1")
+            took.append((time.perf_counter() - began) * 1000)
+            turns.append(done.duration_ms)
+            fuel.append(done.fuel_consumed)
+        # Pages one cell writes: protected again after every capture, counted at the next.
+        session_module.REPROTECT_BYTES = 0
+        write_watch.WriteWatch.written = counting  # type: ignore[method-assign]
+        for _ in range(20):
+            repl.execute("x = 1")
+            repl._join_capture()  # the bench reads the session's capture on purpose
+        pages = statistics.median(w for w in written if w) / write_watch.PAGE_SIZE
+        in_guest = float(repl.execute(IN_GUEST).result["text/plain"])  # type: ignore[index]
+    finally:
+        write_watch.WriteWatch.written = original  # type: ignore[method-assign]
+        session_module.REPROTECT_BYTES = bound
+        repl.destroy()
+    return {
+        "execute_ms": statistics.median(took),
+        "turn_ms": statistics.median(turns),
+        "fuel": statistics.median(fuel),
+        "pages": pages,
+        "run_cell_ms": in_guest,
+    }
+
+
+def bound_variants() -> dict[int, float]:
+    found = {}
+    bound = session_module.REPROTECT_BYTES
+    try:
+        for megabytes in (2, 4, 8):
+            session_module.REPROTECT_BYTES = megabytes << 20
+            repl = session(ipython=True)
+            try:
+                took = []
+                for _ in range(100):
+                    began = time.perf_counter()
+                    repl.execute("x = 1")
+                    took.append((time.perf_counter() - began) * 1000)
+            finally:
+                repl.destroy()
+            found[megabytes] = statistics.median(took)
+    finally:
+        session_module.REPROTECT_BYTES = bound
+    return found
+
+
+def main() -> None:
+    plain, ipython = per_cell(False), per_cell(True)
+    print(f"{'trivial cell':<40} {'plain':>10} {'IPython':>10}")
+    for key, label in (
+        ("execute_ms", "execute(), back to back (ms)"),
+        ("turn_ms", "the guest turn (ms)"),
+        ("fuel", "instructions"),
+        ("pages", "pages written"),
+        ("run_cell_ms", "run_cell in the guest, door stubbed (ms)"),
+    ):
+        print(f"{label:<40} {plain[key]:>10.2f} {ipython[key]:>10.2f}")
+    for megabytes, took in bound_variants().items():
+        print(f"IPython cell, writable-page bound {megabytes} MB: {took:.2f} ms")
+
+
+if __name__ == "__main__":
+    main()
