@@ -9,6 +9,8 @@
    shell itself costs, without the host.
 3. The bound on written pages kept writable between captures (session.REPROTECT_BYTES) at 2, 4
    and 8 MB: an IPython cell back to back, medians of 100.
+4. Tracebacks: a session's first error and the next, and `raise KeyboardInterrupt` in each of
+   IPython's modes (the traceback an interrupt's reply carries), medians of 15.
 """
 
 from __future__ import annotations
@@ -106,6 +108,21 @@ def bound_variants() -> dict[int, float]:
     return found
 
 
+def tracebacks() -> None:
+    repl = ReplSandbox(REPLConfig(ipython=True, policy=POLICY, timeout_ms=300_000))
+    try:
+        first, later = repl.execute("1 / 0"), repl.execute("1 / 0")
+        print(f"first error: {first.fuel_consumed:,} instructions, next {later.fuel_consumed:,}")
+        for mode in ("Context", "Minimal", "Plain"):
+            repl.execute(f"%xmode {mode}")
+            runs = [repl.execute("raise KeyboardInterrupt") for _ in range(15)]
+            took = statistics.median(run.duration_ms for run in runs)
+            fuel = statistics.median(run.fuel_consumed for run in runs)
+            print(f"KeyboardInterrupt traceback, {mode}: {took:.1f} ms, {fuel:,.0f} instructions")
+    finally:
+        repl.destroy()
+
+
 def main() -> None:
     plain, ipython = per_cell(False), per_cell(True)
     print(f"{'trivial cell':<40} {'plain':>10} {'IPython':>10}")
@@ -119,6 +136,7 @@ def main() -> None:
         print(f"{label:<40} {plain[key]:>10.2f} {ipython[key]:>10.2f}")
     for megabytes, took in bound_variants().items():
         print(f"IPython cell, writable-page bound {megabytes} MB: {took:.2f} ms")
+    tracebacks()
 
 
 if __name__ == "__main__":
