@@ -37,7 +37,7 @@ from sandbox_kernel.runner.adapter import (
 )
 from sandbox_kernel.runner.capsules import Capsule, CapsuleStore
 from sandbox_kernel.runner.datasets import Dataset, Table
-from sandbox_kernel.runner.engine import RunFailed, SandboxRun
+from sandbox_kernel.runner.engine import Cancellation, RunFailed, SandboxRun
 from sandbox_kernel.runner.errors import DatasetNotFound, RunnerConfigError
 from sandbox_kernel.runner.guard import PolicyReport, check_code
 from sandbox_kernel.runner.intake import (
@@ -104,13 +104,15 @@ def run_request(
     *,
     settings: RunnerSettings | None = None,
     query_type: QueryType | None = None,
+    cancellation: Cancellation | None = None,
 ) -> RunnerResponse:
     """Answer one request: a RunnerRequest, its fields as JSON data, or its JSON text.
 
     `query_type` is the entrypoint's (`sandbox-kernel runner sql` says "sql"): a request that
-    leaves it out gets it, one that names another is a VALIDATION_ERROR.
+    leaves it out gets it, one that names another is a VALIDATION_ERROR. `cancellation`, when
+    given, lets another thread stop the run (it then ends as RUNNER_CANCELLED, recorded).
     """
-    return _Run(request, settings, query_type).respond()
+    return _Run(request, settings, query_type, cancellation).respond()
 
 
 class _Run:
@@ -121,8 +123,10 @@ class _Run:
         raw: RunnerRequest | Mapping[str, Any] | str | bytes,
         settings: RunnerSettings | None,
         entrypoint: QueryType | None,
+        cancellation: Cancellation | None = None,
     ) -> None:
         self.raw: object = raw
+        self.cancellation = cancellation
         self.settings = settings
         self.entrypoint = entrypoint
         self.request: RunnerRequest | None = raw if isinstance(raw, RunnerRequest) else None
@@ -247,8 +251,11 @@ class _Run:
     def _sandbox(
         self, settings: RunnerSettings, request: RunnerRequest, dataset: Dataset
     ) -> Iterator[SandboxRun]:
+        if self.cancellation is not None and self.cancellation.cancelled:
+            message = "the run was cancelled before it started: its caller went away"
+            raise RunFailed(ErrorCode.RUNNER_CANCELLED, message)
         try:
-            run = SandboxRun(settings, request, dataset)
+            run = SandboxRun(settings, request, dataset, self.cancellation)
             self.host_paths[str(run.workspace)] = "/app"
             run.__enter__()
         except (SandboxError, OSError) as exc:

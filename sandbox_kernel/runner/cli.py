@@ -5,6 +5,8 @@
     sandbox-kernel runner datasets                 the registered datasets and their tables
     sandbox-kernel capsules list [--limit N] [--json]
     sandbox-kernel capsules show ID
+    sandbox-kernel serve [--host H] [--port P] [--token T] [--workers N] [--queue N]
+                                                   the agent server (/chat and its page)
 
 `runner sql|python` take the request's fields as a JSON object; query_type may be left out
 (the command says it). Exit status: 0 when the run succeeded; 1 when the query failed (a
@@ -60,6 +62,19 @@ def add_subcommands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     show.add_argument("id", help="the run id (run_id of the response), or a unique prefix")
     show.add_argument("--db", type=Path, default=None, help="the capsules' SQLite file")
     show.set_defaults(func=_capsules_show)
+
+    serve = sub.add_parser("serve", help="the agent server: /chat over the runner, and a page")
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8765, help="port (8765; 0 picks a free one)")
+    serve.add_argument(
+        "--token",
+        default=None,
+        help="the bearer token (else $SANDBOX_KERNEL_SERVE_TOKEN, else new)",
+    )
+    serve.add_argument("--workers", type=int, default=2, help="runs at once (2)")
+    serve.add_argument("--queue", type=int, default=16, help="chats that may wait (16)")
+    _common(serve)
+    serve.set_defaults(func=_serve)
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -131,4 +146,51 @@ def _capsules_list(args: argparse.Namespace) -> int:
 def _capsules_show(args: argparse.Namespace) -> int:
     capsule = _store(args).get(args.id)
     print(capsule.model_dump_json(indent=2))
+    return 0
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import os
+    import socket
+
+    import uvicorn
+    from pydantic import SecretStr, ValidationError
+
+    from sandbox_kernel.llm.config import LLMSettings
+    from sandbox_kernel.llm.errors import LLMConfigError
+    from sandbox_kernel.runner.server import TOKEN_ENV, ServeSettings, create_app
+
+    token = args.token or os.environ.get(TOKEN_ENV) or ServeSettings.new_token()
+    try:
+        serve = ServeSettings(
+            host=args.host,
+            port=args.port,
+            token=SecretStr(token),
+            workers=args.workers,
+            queue=args.queue,
+        )
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        print(f"sandbox-kernel serve: {problems}", file=sys.stderr)
+        return 2
+    runner = _settings(args)
+    try:
+        provider = LLMSettings.load().provider_object()
+    except LLMConfigError as exc:
+        print(f"sandbox-kernel serve: {exc}", file=sys.stderr)
+        return 2
+    family = socket.AF_INET6 if ":" in serve.host else socket.AF_INET
+    listener = socket.socket(family, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind((serve.host, serve.port))
+    port = listener.getsockname()[1]
+    shown = f"[{serve.host}]" if family == socket.AF_INET6 else serve.host
+    model = getattr(provider, "name", None) or "none (SQL: and PYTHON: messages only)"
+    python = "on" if runner.enable_python_execution else "off (ENABLE_PYTHON_EXECUTION)"
+    print(f"sandbox-kernel serve: model {model}; Python execution {python}", file=sys.stderr)
+    print(f"sandbox-kernel serve: open http://{shown}:{port}/?token={token}", flush=True)
+    config = uvicorn.Config(
+        create_app(serve, runner, provider), log_level="warning", timeout_graceful_shutdown=10
+    )
+    uvicorn.Server(config).run(sockets=[listener])
     return 0

@@ -6,6 +6,9 @@
         payload = run.collect()                            result_df | result_rows | result
         payload = run.sql(sql, names)                      or: the read-only query
 
+A `Cancellation` passed in stops a run from another thread (the agent server's client went
+away): the step running is interrupted and the run ends as RUNNER_CANCELLED.
+
 Every run gets its own ReplSandbox (nothing survives from one request to the next), a
 scratch /app that is removed afterwards, and the dataset's folder read-only at /data. A
 step that does not end well raises `RunFailed` with the runner's error code: a timeout is
@@ -20,6 +23,7 @@ from __future__ import annotations
 import math
 import re
 import tempfile
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -31,10 +35,10 @@ from sandbox_kernel.repl.sandbox import ReplSandbox
 from sandbox_kernel.runner import adapter
 from sandbox_kernel.runner.adapter import FailurePayload, TablePayload
 from sandbox_kernel.runner.datasets import Dataset, Table
-from sandbox_kernel.runner.models import ErrorCode, LimitHit, RunnerRequest
+from sandbox_kernel.runner.models import ErrorCode, LimitHit, QueryType, RunnerRequest
 from sandbox_kernel.runner.settings import RunnerSettings
 
-__all__ = ["RunFailed", "SandboxRun", "user_line"]
+__all__ = ["Cancellation", "RunFailed", "SandboxRun", "user_line", "warm_up"]
 
 Step = Literal["load", "query", "collect"]
 _STEP_WORDS: Final = {"load": "loading the dataset", "query": "the query", "collect": "the result"}
@@ -65,13 +69,45 @@ class RunFailed(Exception):
         self.stderr = stderr
 
 
+class Cancellation:
+    """Stops one run from another thread: `cancel()` interrupts the step in the guest (soft,
+    then hard with rollback) and no further step starts. Safe to call at any time, twice."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self._lock = threading.Lock()
+        self._repl: ReplSandbox | None = None
+
+    @property
+    def cancelled(self) -> bool:
+        return self._event.is_set()
+
+    def cancel(self) -> None:
+        self._event.set()
+        with self._lock:
+            if self._repl is not None:
+                self._repl.cancel()
+
+    def attach(self, repl: ReplSandbox | None) -> None:
+        """The session a cancel interrupts (None once the run is over)."""
+        with self._lock:
+            self._repl = repl
+
+
 class SandboxRun:
     """A fresh sandboxed session for one request; a context manager."""
 
-    def __init__(self, settings: RunnerSettings, request: RunnerRequest, dataset: Dataset) -> None:
+    def __init__(
+        self,
+        settings: RunnerSettings,
+        request: RunnerRequest,
+        dataset: Dataset,
+        cancellation: Cancellation | None = None,
+    ) -> None:
         self.settings = settings
         self.request = request
         self.dataset = dataset
+        self.cancellation = cancellation or Cancellation()
         self.timings: dict[str, float] = {}
         self._scratch = tempfile.TemporaryDirectory(prefix="sandbox-kernel-runner-")
         self.workspace = Path(self._scratch.name)
@@ -94,12 +130,14 @@ class SandboxRun:
         except BaseException:
             self.close()
             raise
+        self.cancellation.attach(self.repl)
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
 
     def close(self) -> None:
+        self.cancellation.attach(None)
         self.repl.destroy()
         self._scratch.cleanup()
 
@@ -114,7 +152,10 @@ class SandboxRun:
     def _execute(self, step: Step, code: str) -> CodeExecution:
         with self._timed(step):
             self._bound(step)
-            return self.repl.execute(code)
+            execution = self.repl.execute(code)
+        if self.cancellation.cancelled:
+            raise self._cancelled(step)
+        return execution
 
     def _value(self, step: Step) -> object:
         """The result variable, read by guest code (its reprs) within what time is left."""
@@ -126,6 +167,8 @@ class SandboxRun:
 
     def _bound(self, step: Step) -> None:
         """Give the next call into the guest only the request's remaining time."""
+        if self.cancellation.cancelled:
+            raise self._cancelled(step)
         left_ms = math.floor((self._deadline - time.monotonic()) * 1000)
         if left_ms <= 0:
             raise self._out_of_time(step)
@@ -175,6 +218,10 @@ class SandboxRun:
         )
         return RunFailed(ErrorCode.RUNNER_TIMEOUT, message, limit=LimitHit.TIMEOUT)
 
+    def _cancelled(self, step: Step) -> RunFailed:
+        message = f"the run was cancelled during {_STEP_WORDS[step]}: its caller went away"
+        return RunFailed(ErrorCode.RUNNER_CANCELLED, message)
+
     def _fail(self, step: Step, execution: CodeExecution) -> None:
         what = _STEP_WORDS[step]
         status = execution.status
@@ -207,6 +254,18 @@ class SandboxRun:
             stdout=execution.stdout,
             stderr=stderr,
         )
+
+
+def warm_up(settings: RunnerSettings) -> None:
+    """Start and close one session over the first registered dataset, so the warm image the
+    runs start from exists before the first request (an agent server calls this at start).
+    Nothing runs in it and nothing is recorded; a registry without datasets warms nothing."""
+    dataset = next(iter(settings.registry()), None)
+    if dataset is None:
+        return
+    request = RunnerRequest(query_type=QueryType.SQL, dataset_id=dataset.id, sql="SELECT 1")
+    with SandboxRun(settings, request, dataset):
+        pass
 
 
 def user_traceback(execution: CodeExecution) -> list[str]:

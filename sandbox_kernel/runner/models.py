@@ -83,6 +83,9 @@ class ErrorCode(StrEnum):
     """The run used up its instruction budget (fuel) or its memory."""
     RUNNER_INTERNAL_ERROR = "RUNNER_INTERNAL_ERROR"
     """The runner itself failed (a broken dataset, registry or sandbox), not the query."""
+    RUNNER_CANCELLED = "RUNNER_CANCELLED"
+    """The run was stopped before its end because its caller went away (the agent server's
+    client disconnected); what ran was rolled back with the session."""
 
 
 class LimitHit(StrEnum):
