@@ -73,6 +73,10 @@ def add_subcommands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     serve.add_argument("--workers", type=int, default=2, help="runs at once (2)")
     serve.add_argument("--queue", type=int, default=16, help="chats that may wait (16)")
+    serve.add_argument("--timeout", type=float, default=10.0, help="seconds per run (10)")
+    serve.add_argument(
+        "--send-timeout", type=float, default=30.0, help="seconds a client may stall reading (30)"
+    )
     _common(serve)
     serve.set_defaults(func=_serve)
 
@@ -168,6 +172,8 @@ def _serve(args: argparse.Namespace) -> int:
             token=SecretStr(token),
             workers=args.workers,
             queue=args.queue,
+            run_timeout_seconds=args.timeout,
+            send_timeout_seconds=args.send_timeout,
         )
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())

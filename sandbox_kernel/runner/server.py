@@ -69,7 +69,12 @@ from sandbox_kernel.runner.chat import (
 from sandbox_kernel.runner.datasets import Dataset
 from sandbox_kernel.runner.engine import Cancellation, warm_up
 from sandbox_kernel.runner.errors import CapsuleNotFound, DatasetNotFound, RunnerConfigError
-from sandbox_kernel.runner.models import QueryType, RunnerResponse, validation_messages
+from sandbox_kernel.runner.models import (
+    MAX_TIMEOUT_SECONDS,
+    QueryType,
+    RunnerResponse,
+    validation_messages,
+)
 from sandbox_kernel.runner.settings import RunnerSettings
 
 __all__ = ["TOKEN_ENV", "RunPool", "ServeSettings", "create_app"]
@@ -112,6 +117,8 @@ class ServeSettings(BaseModel):
     """Runs at once, each in its own sandbox (a run is CPU-bound: about one per core)."""
     queue: Annotated[int, Field(ge=0, le=1024)] = 16
     """Chats that may wait for a worker; beyond workers + queue a chat gets 503."""
+    run_timeout_seconds: Annotated[float, Field(gt=0, le=MAX_TIMEOUT_SECONDS)] = 10.0
+    """Wall clock of each run (the runner request's timeout_seconds)."""
     max_body_bytes: Annotated[int, Field(gt=0, le=64_000_000)] = 2_000_000
     send_timeout_seconds: Annotated[float, Field(gt=0, le=3600)] = 30.0
     """How long one write to a client may wait for it to read before it is dropped."""
@@ -330,9 +337,8 @@ class _App:
         return await anyio.to_thread.run_sync(planner.plan, chat, dataset, abandon_on_cancel=True)
 
     def _run(self, plan: Plan, dataset: Dataset, cancellation: Cancellation) -> RunnerResponse:
-        return run_request(
-            plan.request(dataset.id), settings=self.runner, cancellation=cancellation
-        )
+        request = {**plan.request(dataset.id), "timeout_seconds": self.serve.run_timeout_seconds}
+        return run_request(request, settings=self.runner, cancellation=cancellation)
 
     def _may_run(self, plan: Plan) -> bool:
         return plan.query_type is QueryType.SQL or self.runner.enable_python_execution

@@ -23,7 +23,6 @@ import sys
 import time
 import urllib.request
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,20 +31,11 @@ import nbformat
 import pytest
 
 from tests.attacks.xss_probes import PROBES
+from tests.browser import chromium, screenshot_on_failure
 from tests.kernel.conftest import KERNEL_NAME, install_kernel_spec
 
 pytestmark = pytest.mark.slow
 
-CHROMIUM = Path(os.environ.get("SANDBOX_KERNEL_CHROMIUM", "/usr/bin/chromium"))
-CHROMIUM_ARGS = [  # no sandbox as root; none of Chromium's own calls to a closed network
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 RUN_TIMEOUT_SECONDS = 180.0
 NOTE = "[sandbox] the output firewall removed"
 ORDINARY_CELLS = [
@@ -142,27 +132,8 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    assert CHROMIUM.is_file(), (
-        f"no Chromium at {CHROMIUM}: bin/setup installs Debian's chromium with apt-get "
-        "(or set SANDBOX_KERNEL_CHROMIUM to a Chromium binary); this test does not skip"
-    )
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+    with chromium() as launched:
         yield launched
-        launched.close()
-
-
-@contextmanager
-def screenshot_on_failure(page: Any, folder: Path, name: str) -> Iterator[None]:
-    try:
-        yield
-    except BaseException:
-        shot = folder / f"{name}.png"
-        page.screenshot(path=str(shot), full_page=True)
-        print(f"screenshot of the failure: {shot}")
-        raise
 
 
 def open_notebook(page: Any, lab: Lab, path: str) -> None:
