@@ -17,6 +17,7 @@ from sandbox_kernel import ExecutionPolicy, JavaScriptSandbox, PythonSandbox, Sa
 from sandbox_kernel.host.artifacts import javascript_image, python_image
 from sandbox_kernel.host.engine import get_engine
 from tests.llm.servers import ModelServer
+from tests.runner.serving import Serving
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -77,3 +78,14 @@ def listening() -> Iterator[socket.socket]:
         yield server
     finally:
         server.close()
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serving]:
+    """`sandbox-kernel serve` processes for one test module (tests/runner/serving.py), all
+    stopped at its end."""
+    found = Serving(tmp_path_factory.mktemp("serve"))
+    try:
+        yield found
+    finally:
+        found.stop()

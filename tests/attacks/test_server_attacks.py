@@ -9,13 +9,12 @@ from __future__ import annotations
 import json
 import socket
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.runner.serving import TOKEN, Server, Serving, names, payload, serving
+from tests.runner.serving import TOKEN, Server, Serving, names, payload
 
 pytestmark = pytest.mark.slow
 
@@ -28,12 +27,6 @@ PROTECTED = [
     ("POST", "/chat"),
 ]
 RUN_FOREVER = "PYTHON: while True:\n    pass"
-
-
-@pytest.fixture(scope="module")
-def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serving]:
-    with serving(tmp_path_factory) as found:
-        yield found
 
 
 @pytest.fixture(scope="module")

@@ -12,16 +12,15 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 
-from tests.runner.conftest import DATASETS, GOLDEN
-
+REPO = Path(__file__).resolve().parents[2]
+DATASETS = REPO / "datasets" / "datasets.toml"
+GOLDEN = REPO / "datasets" / "golden"
 TOKEN = "test-token-0123456789abcdef"
 QUESTIONS = {  # what a user asks -> the golden file the scripted model answers with
     "Who are the best customers?": "retail.sql",
@@ -167,13 +166,3 @@ class Serving:
             except subprocess.TimeoutExpired:
                 server.process.kill()
                 server.process.wait()
-
-
-@contextmanager
-def serving(factory: pytest.TempPathFactory) -> Iterator[Serving]:
-    """Servers for one test module, all stopped at its end."""
-    found = Serving(factory.mktemp("serve"))
-    try:
-        yield found
-    finally:
-        found.stop()

@@ -13,8 +13,7 @@ from typing import Any
 import pytest
 
 from tests.browser import chromium, screenshot_on_failure
-from tests.runner.conftest import GOLDEN
-from tests.runner.serving import QUESTIONS, TOKEN, Server, Serving, expected, serving
+from tests.runner.serving import GOLDEN, QUESTIONS, TOKEN, Server, Serving, expected
 
 pytestmark = pytest.mark.slow
 
@@ -23,12 +22,6 @@ HOSTILE = (
     "result_columns = ['<svg onload=\"window.__pwned=2\">', 'b']\n"
     "result_rows = [['<script>window.__pwned=3</script>', '<b>bold</b>']]"
 )
-
-
-@pytest.fixture(scope="module")
-def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serving]:
-    with serving(tmp_path_factory) as found:
-        yield found
 
 
 @pytest.fixture(scope="module")

@@ -8,8 +8,6 @@ dataset, planned by the model from a question.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import httpx
 import pytest
 
@@ -20,16 +18,9 @@ from tests.runner.serving import (
     expected,
     names,
     payload,
-    serving,
 )
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serving]:
-    with serving(tmp_path_factory) as found:
-        yield found
 
 
 @pytest.fixture(scope="module")
