@@ -150,7 +150,11 @@ class Planner:
                 ```sql or ```python block.
         """
         try:
-            completion = self.provider.complete(self.messages(request, dataset))
+            messages = self.messages(request, dataset)
+        except RunnerError as exc:  # the registry changed under us, or the folder went away
+            raise PlanningFailed(f"the dataset could not be described: {exc}") from None
+        try:
+            completion = self.provider.complete(messages)
         except LLMError as exc:
             raise PlanningFailed(f"the model could not plan the query: {exc}") from None
         return self._read(completion.text)

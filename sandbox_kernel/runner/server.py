@@ -322,6 +322,11 @@ class _App:
                 error = response.error
                 yield _sse("error", {"type": error.type.value, "message": error.message})
             yield _sse("done", {"run_id": response.run_id, "elapsed_ms": _ms_since(started)})
+        except Exception:  # the client is answered, never left with a cut stream
+            logger.exception("a chat turn failed")
+            message = "the server failed unexpectedly (its log has the details)"
+            yield _sse("error", {"type": "RUNNER_INTERNAL_ERROR", "message": message})
+            yield _sse("done", {"run_id": None, "elapsed_ms": _ms_since(started)})
         finally:
             cancellation.cancel()  # a no-op once the run has ended
             if not submitted:

@@ -8,16 +8,23 @@ dataset, planned by the model from a question.
 
 from __future__ import annotations
 
+import time
+from typing import Any
+
 import httpx
 import pytest
+from pydantic import SecretStr
 
+from sandbox_kernel.runner import RunnerSettings
 from tests.runner.serving import (
     QUESTIONS,
+    TOKEN,
     Server,
     Serving,
     expected,
     names,
     payload,
+    read_events,
 )
 
 pytestmark = pytest.mark.slow
@@ -153,3 +160,48 @@ def test_the_page_and_its_files_are_served_with_a_strict_policy(server: Server) 
     policy = page.headers["content-security-policy"]
     assert "script-src 'self'" in policy and "unsafe-inline" not in policy
     assert page.headers["x-content-type-options"] == "nosniff"
+
+
+class _BrokenModel:
+    """A provider that breaks its contract (raises what is not an LLMError)."""
+
+    name = "broken"
+
+    def complete(self, messages: object) -> object:
+        raise ZeroDivisionError("a bug in someone's provider")
+
+
+def test_a_failure_inside_a_turn_still_ends_the_stream(settings: RunnerSettings) -> None:
+    """The app in this process (uvicorn on a thread), with a provider no config can make."""
+    import socket
+    import threading
+
+    import uvicorn
+
+    from sandbox_kernel.runner.server import ServeSettings, create_app
+
+    serve = ServeSettings(token=SecretStr(TOKEN))
+    app = create_app(serve, settings, _BrokenModel(), warm=False)  # type: ignore[arg-type]
+    listener = socket.create_server(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="critical"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [listener]})
+    thread.start()
+    try:
+        while not server.started:
+            time.sleep(0.05)
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+        headers = {"Authorization": f"Bearer {TOKEN}"}
+
+        def chat(message: str) -> list[tuple[str, Any]]:
+            body = {"message": message, "dataset_id": "retail"}
+            answer = httpx.post(f"{url}/chat", json=body, headers=headers, timeout=60)
+            return list(read_events(iter(answer.text.splitlines())))
+
+        events = chat("anything at all")
+        assert names(events) == ["planning", "error", "done"]
+        assert payload(events, "error")["type"] == "RUNNER_INTERNAL_ERROR"
+        assert payload(chat("SQL: SELECT 2 AS two"), "result")["rows"] == [[2]]
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+        listener.close()
