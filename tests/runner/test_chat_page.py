@@ -97,9 +97,8 @@ def test_a_golden_query_per_dataset(
         code = details["SQL" if kind == "sql" else "Python code"]
         assert code.strip() == (GOLDEN / golden).read_text().strip()
         assert details["planned by"] == "model scripted:model.json"
-        assert details["guard"] == (
-            "allowed" if kind == "python" else "not checked (SQL statement check)"
-        )
+        check = "AST policy check" if kind == "python" else "SQL statement check"
+        assert details["guard"] == f"allowed ({check})"
         assert "total" in details["timings"] and details["limits hit"] == "none"
     page.close()
 

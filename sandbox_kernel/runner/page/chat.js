@@ -93,16 +93,24 @@ async function showDetails(runId, plan) {
   if (!answer.ok) return detail("run", `${runId} (details unavailable: HTTP ${answer.status})`);
   const capsule = await answer.json();
   detail("run id", capsule.id);
-  const report = capsule.policy_report;
-  const verdict = report === null ? "not checked (SQL statement check)" : report.allowed
-    ? "allowed" : report.violations.map((v) => `line ${v.line}: ${v.message}`).join("\n");
-  detail("guard", verdict, true);
+  detail("guard", verdict(capsule.policy_report, plan), true);
   const timings = Object.entries(capsule.timings_ms).map(([k, v]) => `${k} ${v} ms`).join(", ");
   detail("timings", timings);
   detail("limits hit", capsule.limits_hit.length ? capsule.limits_hit.join(", ") : "none");
   const limits = Object.entries(capsule.sandbox)
     .filter(([, v]) => typeof v !== "object").map(([k, v]) => `${k} ${v}`).join(", ");
   detail("limits", limits);
+}
+
+function verdict(report, plan) {
+  // Python: the AST check's report, as recorded; SQL: the statement check, as streamed.
+  if (report) {
+    return report.allowed
+      ? "allowed (AST policy check)"
+      : report.violations.map((v) => `line ${v.line}: ${v.message}`).join("\n");
+  }
+  if (!plan) return "not reached";
+  return plan.allowed ? "allowed (SQL statement check)" : plan.violations.join("\n");
 }
 
 function* events(buffer) {
