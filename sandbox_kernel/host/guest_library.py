@@ -35,6 +35,8 @@ __all__ = [
     "PACKAGE_DATA",
     "GuestLibraryError",
     "guest_library",
+    "is_installed",
+    "library_folder",
     "requirements_text",
 ]
 
@@ -68,13 +70,21 @@ def requirements_text() -> str:
 
 def guest_library() -> Path:
     """The installed library's folder, installing it first when this machine has none."""
-    text = requirements_text()
-    key = hashlib.sha256((text + _LAYOUT).encode()).hexdigest()[:24]
-    folder = cache_dir() / "guest-library" / key
+    folder = library_folder()
     with _LOCK:
-        if not (folder / _DONE).is_file():
-            _install(text, folder)
+        if not is_installed():
+            _install(requirements_text(), folder)
     return folder
+
+
+def library_folder() -> Path:
+    """Where this version's library is (or will be) installed."""
+    key = hashlib.sha256((requirements_text() + _LAYOUT).encode()).hexdigest()[:24]
+    return cache_dir() / "guest-library" / key
+
+
+def is_installed() -> bool:
+    return (library_folder() / _DONE).is_file()
 
 
 def _install(text: str, folder: Path) -> None:

@@ -1,9 +1,10 @@
 """Install the `sandbox-python` kernel spec: `sandbox-kernel install [--user|--sys-prefix|
 --prefix P] [--name N]`.
 
-The spec is kernelspec/kernel.json with its argv pointed at this Python, plus the logos. Its
-guarded twin, `sandbox-python-guarded` (NAME-guarded), is installed beside it: the same
-kernel with SANDBOX_KERNEL_GUARDED=1, which checks each cell with the AST policy first.
+The spec is spec/kernel.json (package data, beside this module) with its argv pointed at this
+Python, plus the logos. Its guarded twin, `sandbox-python-guarded` (NAME-guarded), is
+installed beside it: the same kernel with SANDBOX_KERNEL_GUARDED=1, which checks each cell
+with the AST policy first.
 
 Must not import: ipykernel (jupyter_client's KernelSpecManager is enough).
 """
@@ -24,19 +25,12 @@ __all__ = ["GUARDED_SUFFIX", "install_kernel_spec", "kernel_spec"]
 
 GUARDED_SUFFIX = "-guarded"
 
-_SPEC_DIR = Path(__file__).resolve().parents[2] / "kernelspec"
-_DEFAULT_SPEC = {
-    "display_name": "Python 3.15 (sandboxed, WebAssembly)",
-    "language": "python",
-    "interrupt_mode": "signal",
-    "metadata": {"debugger": False},
-}
+_SPEC_DIR = Path(__file__).resolve().with_name("spec")  # package data: in the wheel too
 
 
 def kernel_spec(name: str = KERNEL_NAME, *, guarded: bool = False) -> dict[str, object]:
     """kernel.json's content for this interpreter (`guarded`: the guarded twin's)."""
-    source = _SPEC_DIR / "kernel.json"
-    spec = json.loads(source.read_text()) if source.is_file() else dict(_DEFAULT_SPEC)
+    spec: dict[str, object] = json.loads((_SPEC_DIR / "kernel.json").read_text())
     spec["argv"] = [sys.executable, "-m", "sandbox_kernel", "-f", "{connection_file}"]
     if name != KERNEL_NAME:
         spec["display_name"] = f"{spec['display_name']} [{name}]"
@@ -67,8 +61,7 @@ def _install(name: str, spec: dict[str, object], user: bool, prefix: str | None)
         staging = Path(folder)
         (staging / "kernel.json").write_text(json.dumps(spec, indent=2))
         for logo in ("logo-32x32.png", "logo-64x64.png"):
-            if (_SPEC_DIR / logo).is_file():
-                shutil.copy(_SPEC_DIR / logo, staging / logo)
+            shutil.copy(_SPEC_DIR / logo, staging / logo)
         target = KernelSpecManager().install_kernel_spec(
             str(staging), kernel_name=name, user=user, prefix=prefix
         )
