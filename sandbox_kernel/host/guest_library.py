@@ -96,11 +96,15 @@ def _install(text: str, folder: Path) -> None:
         requirements = staging / "requirements.txt"
         requirements.write_text(files.joinpath("requirements.txt").read_text())
         target = staging / "lib"
+        # Downloaded, then unpacked here: `pip install --target` with another Python's
+        # version is refused by the pip that Python 3.11's venvs bring (23.x), download is not.
+        downloads = staging / "downloads"
         _pip(
-            "install", "--no-compile", "--implementation", "py", "--platform", "any",
-            "--python-version", GUEST_PYTHON, "--target", str(target), "-r", str(requirements),
+            "download", "--implementation", "py", "--platform", "any",
+            "--python-version", GUEST_PYTHON, "--dest", str(downloads), "-r", str(requirements),
         )  # fmt: skip
-        shutil.rmtree(target / "bin", ignore_errors=True)  # console scripts: nothing to run
+        for wheel in sorted(downloads.glob("*.whl")):
+            _unpack(wheel, target)
         data = staging / "package-data.txt"
         data.write_text(files.joinpath(DATA_PINS).read_text())
         wheels = staging / "wheels"
@@ -136,6 +140,29 @@ def _pip(*args: str) -> None:
             f"index (pip said: {' / '.join(detail) or done.returncode}); "
             "run `sandbox-kernel warm` where the index is reachable"
         )
+
+
+def _unpack(wheel: Path, target: Path) -> None:
+    """A pure-Python wheel into `target` as an installer lays it out: its packages and its
+    .dist-info; of its .data, only purelib and platlib (scripts and headers: nothing to run).
+    Every member must land inside `target`."""
+    base = target.resolve()
+    with zipfile.ZipFile(wheel) as archive:
+        for member in archive.infolist():
+            name = member.filename
+            if member.is_dir():
+                continue
+            top, _, rest = name.partition("/")
+            if top.endswith(".data"):
+                kind, _, rest = rest.partition("/")
+                if kind not in ("purelib", "platlib") or not rest:
+                    continue
+                name = rest
+            path = (target / name).resolve()
+            if not path.is_relative_to(base):
+                raise GuestLibraryError(f"{wheel.name} holds a file outside its folder: {name}")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(archive.read(member))
 
 
 def _extract_data(wheel: Path, target: Path) -> None:

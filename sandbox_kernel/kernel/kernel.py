@@ -49,11 +49,17 @@ SUBSCRIBER_WAIT_SECONDS = 2.0
 def _preparing_notice() -> str | None:
     """Only for a cold compile cache: a warm start is too quick to announce (and a notice
     that comes and goes would make notebook outputs differ from run to run)."""
-    from sandbox_kernel.host.artifacts import python_image
+    from sandbox_kernel.host.artifacts import PYTHON_PINS, python_artifacts_source
     from sandbox_kernel.host.engine import get_engine
 
-    image = python_image()
-    if get_engine().cached_path(image.binary_sha256).is_file():
+    # Nothing is fetched here (the kernel must answer kernel_info first): the first cell does.
+    if python_artifacts_source()[1] is None:
+        return (
+            "[sandbox] fetching the Python guest from the package index (about 100 MB) and "
+            "compiling it for this machine (a minute or two, once; `sandbox-kernel warm` "
+            "does it ahead of time)...\n"
+        )
+    if get_engine().cached_path(PYTHON_PINS["python-snapshot.wasm"]).is_file():
         return None
     return (
         "[sandbox] compiling the Python guest for this machine (about a minute, once; "
