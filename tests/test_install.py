@@ -1,9 +1,10 @@
-"""Installed as users install kernels: the project's wheel, built here, installed into a fresh
-venv with no checkout on its path; `sandbox-kernel doctor` says what is missing and how to fix
-it; `sandbox-kernel install --sys-prefix`; then a notebook through the kernel with nbclient's
-`jupyter execute`. The cache is empty, so the first cell fetches the Python guest from the
-package index (pins checked), compiles it and installs the guest library: the path a new
-user's first notebook takes. Offline, the same first need fails with a message that says so.
+"""Installed as users install kernels: the project's sdist and the wheel built from it, the
+wheel installed into a fresh venv with no checkout on its path; `sandbox-kernel doctor` says
+what is missing and how to fix it; `sandbox-kernel install --sys-prefix`; then a notebook
+through the kernel with nbclient's `jupyter execute`. The cache is empty, so the first cell
+fetches the Python guest from the package index (pins checked), compiles it and installs the
+guest library: the path a new user's first notebook takes. Offline, the same first need fails
+with a message that says so.
 """
 
 from __future__ import annotations
@@ -42,13 +43,17 @@ def fresh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict
         JUPYTER_CONFIG_DIR=str(root / "jupyter-config"),
         JUPYTER_RUNTIME_DIR=str(root / "jupyter-runtime"),
     )
-    built = _run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", str(root / "dist"), str(REPO)],
-        env,
-        root,
-    )
+    # The sdist, then the wheel built from it (what pip does with an sdist): both must hold
+    # everything the package needs (its package data: the page, the kernel spec, the pins).
+    dist = root / "dist"
+    sdist = _run([sys.executable, "-m", "build", "--sdist", "--outdir", str(dist), str(REPO)],
+                 env, root)  # fmt: skip
+    assert sdist.returncode == 0, sdist.stderr[-3000:]
+    (source,) = dist.glob("sandbox_kernel-*.tar.gz")
+    built = _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", str(dist),
+                  str(source)], env, root)  # fmt: skip
     assert built.returncode == 0, built.stderr[-3000:]
-    (wheel,) = (root / "dist").glob("sandbox_kernel-*.whl")
+    (wheel,) = dist.glob("sandbox_kernel-*.whl")
     base = getattr(sys, "_base_executable", sys.executable)
     assert _run([base, "-m", "venv", str(root / "venv")], env, root).returncode == 0
     pip = [str(root / "venv" / "bin" / "python"), "-m", "pip", "install", "--quiet"]
