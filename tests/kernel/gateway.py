@@ -21,6 +21,7 @@ import httpx
 import websocket
 
 from tests.kernel.conftest import CELL_TIMEOUT_SECONDS, Execution, Output, kernel_env
+from tests.processes import stop, wait_until_up
 
 TOKEN = "gateway-token-0123456789abcdef"
 
@@ -62,12 +63,7 @@ class Gateway:
         return GatewayKernel(kernel_id, socket)
 
     def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+        stop(self.process)
 
 
 def start_gateway(root: Path, port: int) -> Gateway:
@@ -89,16 +85,11 @@ def start_gateway(root: Path, port: int) -> Gateway:
             cwd=root,
         )  # fmt: skip
     gateway = Gateway(f"http://127.0.0.1:{port}", process, log)
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            if gateway.api("GET", "/api/kernelspecs").status_code == 200:
-                return gateway
-        except httpx.TransportError:
-            pass
-        assert process.poll() is None, f"the gateway ended: {log.read_text()}"
-        assert time.monotonic() < deadline, "the gateway did not answer within 60 s"
-        time.sleep(0.2)
+    wait_until_up(
+        lambda: gateway.api("GET", "/api/kernelspecs").status_code == 200, process, log,
+        "the gateway",
+    )  # fmt: skip
+    return gateway
 
 
 @dataclass

@@ -33,6 +33,7 @@ import pytest
 from tests.attacks.xss_probes import PROBES
 from tests.browser import chromium, screenshot_on_failure
 from tests.kernel.conftest import KERNEL_NAME, install_kernel_spec
+from tests.processes import stop, wait_until_up
 
 pytestmark = pytest.mark.slow
 
@@ -111,22 +112,11 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
         stderr=log,
     )  # fmt: skip
     found = Lab(f"http://127.0.0.1:{port}", token, root)
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            found.api("/api/status")
-            break
-        except OSError:
-            if server.poll() is not None:
-                log.close()
-                pytest.fail(f"JupyterLab ended: {(root / 'server.log').read_text()}")
-            assert time.monotonic() < deadline, "JupyterLab did not start within 60 s"
-            time.sleep(0.3)
+    wait_until_up(lambda: bool(found.api("/api/status")), server, root / "server.log", "JupyterLab")
     try:
         yield found
     finally:
-        server.terminate()
-        server.wait(timeout=30)
+        stop(server)
         log.close()
 
 

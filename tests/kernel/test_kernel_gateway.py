@@ -15,11 +15,11 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
 from tests.kernel.conftest import KERNEL_NAME, install_kernel_spec
 from tests.kernel.gateway import TOKEN, Gateway, start_gateway
+from tests.processes import stop, wait_until_up
 
 pytestmark = pytest.mark.slow
 
@@ -166,16 +166,10 @@ def test_jupyter_server_with_gateway_url_runs_cells_on_the_gateway(
         )  # fmt: skip
     front = Gateway(f"http://127.0.0.1:{port}", server, log, token=token)
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if front.api("GET", "/api/status").status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert server.poll() is None, log.read_text()
-            assert time.monotonic() < deadline, log.read_text()[-3000:]
-            time.sleep(0.3)
+        wait_until_up(
+            lambda: front.api("GET", "/api/status").status_code == 200, server, log,
+            "jupyter server",
+        )  # fmt: skip
         kernel_id = front.start_kernel(KERNEL_NAME)
         on_gateway = [k["id"] for k in gateway.api("GET", "/api/kernels").json()]
         assert kernel_id in on_gateway, "the kernel should run on the gateway"
@@ -187,5 +181,4 @@ def test_jupyter_server_with_gateway_url_runs_cells_on_the_gateway(
             kernel.close()
             front.api("DELETE", f"/api/kernels/{kernel_id}")
     finally:
-        server.terminate()
-        server.wait(timeout=30)
+        stop(server)

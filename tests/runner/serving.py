@@ -10,13 +10,14 @@ import os
 import re
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
+
+from tests.processes import stop, wait_until_up
 
 REPO = Path(__file__).resolve().parents[2]
 DATASETS = REPO / "datasets" / "datasets.toml"
@@ -145,24 +146,14 @@ class Serving:
         assert link, f"no link printed: {line!r}; log: {log.read_text()}"
         server = Server(link.group(1), link.group(2), home / "capsules.sqlite3", process, log)
         self.servers.append(server)
-        deadline = time.monotonic() + 120  # the warm-up builds the warm image when cold
-        while True:
-            try:
-                if httpx.get(f"{server.url}/healthz", timeout=5).status_code == 200:
-                    return server
-            except httpx.TransportError:
-                pass
-            assert process.poll() is None, f"the server ended: {log.read_text()}"
-            assert time.monotonic() < deadline, "the server did not answer within 120 s"
-            time.sleep(0.2)
+        wait_until_up(  # the warm-up builds the warm image when the machine has none
+            lambda: httpx.get(f"{server.url}/healthz", timeout=5).status_code == 200,
+            process, log, "the agent server", timeout=120,
+        )  # fmt: skip
+        return server
 
     def stop(self) -> None:
         for server in self.servers:
             if server.process.stdout is not None:
                 server.process.stdout.close()
-            server.process.terminate()
-            try:
-                server.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                server.process.kill()
-                server.process.wait()
+            stop(server.process)
