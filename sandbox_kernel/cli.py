@@ -6,6 +6,8 @@
     sandbox-kernel doctor [--json]      what is installed, cached and missing, and the fixes
     sandbox-kernel install [--user|--sys-prefix|--prefix P] [--name N]
                                         install the `sandbox-python` Jupyter kernel specs
+    sandbox-kernel install --enterprise-gateway distributed|kubernetes [...]
+                                        the spec for Jupyter Enterprise Gateway's proxies
     sandbox-kernel runner sql|python    answer one data analysis request (JSON on stdin)
     sandbox-kernel runner datasets      the registered datasets
     sandbox-kernel capsules list|show   the record of runner runs (sandbox_kernel/runner/cli.py)
@@ -132,8 +134,27 @@ def _info(args: argparse.Namespace) -> int:
 
 
 def _install(args: argparse.Namespace) -> int:
-    from sandbox_kernel.kernel.install import GUARDED_SUFFIX, install_kernel_spec
+    from sandbox_kernel.kernel.install import (
+        GUARDED_SUFFIX,
+        InstallError,
+        install_enterprise_gateway_spec,
+        install_kernel_spec,
+    )
 
+    if args.enterprise_gateway:
+        try:
+            target = install_enterprise_gateway_spec(
+                args.enterprise_gateway, user=args.user, prefix=args.prefix,
+                sys_prefix=args.sys_prefix, name=args.name, remote_python=args.remote_python,
+                remote_hosts=[h for h in (args.remote_hosts or "").split(",") if h],
+                kernel_ip=args.kernel_ip, image=args.image, launcher_scripts=args.launcher_scripts,
+            )  # fmt: skip
+        except InstallError as exc:
+            print(f"sandbox-kernel install: {exc}", file=sys.stderr)
+            return 2
+        print(f"installed kernel spec {target.name!r} for Enterprise Gateway in {target}")
+        return 0
+    args.name = args.name or "sandbox-python"
     target = install_kernel_spec(
         user=args.user, prefix=args.prefix, sys_prefix=args.sys_prefix, name=args.name
     )
@@ -178,7 +199,16 @@ def _parser() -> argparse.ArgumentParser:
     where.add_argument("--user", action="store_true", help="for this user only")
     where.add_argument("--sys-prefix", action="store_true", help="into this environment")
     where.add_argument("--prefix", default=None, help="under this prefix")
-    install.add_argument("--name", default="sandbox-python", help="the kernel spec's name")
+    install.add_argument("--name", default=None, help="the kernel spec's name")
+    gateway = install.add_argument_group("Jupyter Enterprise Gateway (README: gateways)")
+    gateway.add_argument("--enterprise-gateway", choices=("distributed", "kubernetes"),
+                         help="write the spec for this process proxy instead")  # fmt: skip
+    gateway.add_argument("--remote-python", help="distributed: the Python on the remote hosts")
+    gateway.add_argument("--remote-hosts", help="distributed: host1,host2 (else EG's own list)")
+    gateway.add_argument("--kernel-ip", help="distributed: the address the kernel binds")
+    gateway.add_argument("--image", help="kubernetes: the kernel image (deploy/kubernetes)")
+    gateway.add_argument("--launcher-scripts", type=Path,
+                         help="kubernetes: EG's folder with launch_kubernetes.py")  # fmt: skip
     install.set_defaults(func=_install)
     add_runner_subcommands(sub)  # runner sql|python|datasets, capsules list|show
     return parser

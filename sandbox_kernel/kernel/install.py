@@ -6,6 +6,13 @@ Python, plus the logos. Its guarded twin, `sandbox-python-guarded` (NAME-guarded
 installed beside it: the same kernel with SANDBOX_KERNEL_GUARDED=1, which checks each cell
 with the AST policy first.
 
+`sandbox-kernel install --enterprise-gateway distributed|kubernetes` writes the specs Jupyter
+Enterprise Gateway reads instead (`enterprise_gateway_spec`): its process proxy in the metadata,
+and an argv that starts our launcher, `sandbox_kernel.kernel.remote`, on the remote host
+(distributed: over SSH, with the remote host's Python) or in a pod (Kubernetes: through
+Enterprise Gateway's own `launch_kubernetes.py` and pod template, copied in from its release,
+with our image; see deploy/kubernetes/).
+
 Must not import: ipykernel (jupyter_client's KernelSpecManager is enough).
 """
 
@@ -15,17 +22,45 @@ import json
 import shutil
 import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 from jupyter_client.kernelspec import KernelSpecManager
 
 from sandbox_kernel.kernel import KERNEL_NAME
 
-__all__ = ["GUARDED_SUFFIX", "install_kernel_spec", "kernel_spec"]
+__all__ = [
+    "GATEWAY_MODES",
+    "GUARDED_SUFFIX",
+    "InstallError",
+    "enterprise_gateway_spec",
+    "install_enterprise_gateway_spec",
+    "install_kernel_spec",
+    "kernel_spec",
+]
 
 GUARDED_SUFFIX = "-guarded"
 
 _SPEC_DIR = Path(__file__).resolve().with_name("spec")  # package data: in the wheel too
+
+GATEWAY_MODES = ("distributed", "kubernetes")
+_PROCESS_PROXIES = {
+    "distributed": "enterprise_gateway.services.processproxies.distributed.DistributedProcessProxy",
+    "kubernetes": "enterprise_gateway.services.processproxies.k8s.KubernetesProcessProxy",
+}
+# Enterprise Gateway fills these in; the launchers read them (kernel/remote.py, or its own
+# launch_kubernetes.py, which passes them to the pod's environment).
+_GATEWAY_ARGS = [
+    "--RemoteProcessProxy.kernel-id", "{kernel_id}",
+    "--RemoteProcessProxy.response-address", "{response_address}",
+    "--RemoteProcessProxy.public-key", "{public_key}",
+    "--RemoteProcessProxy.port-range", "{port_range}",
+]  # fmt: skip
+_KUBERNETES_SCRIPTS = ("launch_kubernetes.py", "kernel-pod.yaml.j2")
+
+
+class InstallError(ValueError):
+    """A kernel spec cannot be written as asked; the message says what to change."""
 
 
 def kernel_spec(name: str = KERNEL_NAME, *, guarded: bool = False) -> dict[str, object]:
@@ -49,20 +84,96 @@ def install_kernel_spec(
     name: str = KERNEL_NAME,
 ) -> Path:
     """Install the spec and its guarded twin; the folder the spec went to."""
-    if sys_prefix:
-        prefix = sys.prefix
-    target = _install(name, kernel_spec(name), user, prefix)
-    _install(name + GUARDED_SUFFIX, kernel_spec(name, guarded=True), user, prefix)
+    target = _install(name, kernel_spec(name), user, sys_prefix, prefix)
+    _install(name + GUARDED_SUFFIX, kernel_spec(name, guarded=True), user, sys_prefix, prefix)
     return target
 
 
-def _install(name: str, spec: dict[str, object], user: bool, prefix: str | None) -> Path:
+def _install(
+    name: str,
+    spec: dict[str, object],
+    user: bool,
+    sys_prefix: bool,
+    prefix: str | None,
+    scripts: Sequence[Path] = (),
+) -> Path:
+    if sys_prefix:
+        prefix = sys.prefix
     with tempfile.TemporaryDirectory() as folder:
         staging = Path(folder)
         (staging / "kernel.json").write_text(json.dumps(spec, indent=2))
         for logo in ("logo-32x32.png", "logo-64x64.png"):
             shutil.copy(_SPEC_DIR / logo, staging / logo)
+        if scripts:
+            (staging / "scripts").mkdir()
+            for script in scripts:
+                shutil.copy(script, staging / "scripts" / script.name)
         target = KernelSpecManager().install_kernel_spec(
             str(staging), kernel_name=name, user=user, prefix=prefix
         )
     return Path(target)
+
+
+def enterprise_gateway_spec(
+    mode: str,
+    *,
+    remote_python: str | None = None,
+    remote_hosts: Sequence[str] = (),
+    kernel_ip: str | None = None,
+    image: str | None = None,
+) -> dict[str, object]:
+    """kernel.json for Enterprise Gateway's distributed (SSH) or Kubernetes process proxy."""
+    if mode not in GATEWAY_MODES:
+        raise InstallError(f"unknown Enterprise Gateway mode {mode!r}: one of {GATEWAY_MODES}")
+    spec: dict[str, object] = json.loads((_SPEC_DIR / "kernel.json").read_text())
+    spec["display_name"] = f"{spec['display_name']} [Enterprise Gateway, {mode}]"
+    config: dict[str, str] = {}
+    if mode == "distributed":
+        argv = [remote_python or sys.executable, "-m", "sandbox_kernel.kernel.remote"]
+        argv += _GATEWAY_ARGS + (["--ip", kernel_ip] if kernel_ip else [])
+        if remote_hosts:
+            config["remote_hosts"] = ",".join(remote_hosts)
+    else:
+        if not image:
+            raise InstallError("the Kubernetes spec needs --image (built from deploy/kubernetes)")
+        argv = ["python", "{resource_dir}/scripts/launch_kubernetes.py", *_GATEWAY_ARGS]
+        config["image_name"] = image
+    spec["argv"] = argv
+    proxy: dict[str, object] = {"class_name": _PROCESS_PROXIES[mode]}
+    if config:
+        proxy["config"] = config
+    metadata = spec.get("metadata")
+    spec["metadata"] = {**(metadata if isinstance(metadata, dict) else {}), "process_proxy": proxy}
+    return spec
+
+
+def install_enterprise_gateway_spec(
+    mode: str,
+    *,
+    user: bool = False,
+    prefix: str | None = None,
+    sys_prefix: bool = False,
+    name: str | None = None,
+    remote_python: str | None = None,
+    remote_hosts: Sequence[str] = (),
+    kernel_ip: str | None = None,
+    image: str | None = None,
+    launcher_scripts: Path | None = None,
+) -> Path:
+    """Install `enterprise_gateway_spec`'s spec where Enterprise Gateway looks for specs."""
+    spec = enterprise_gateway_spec(
+        mode, remote_python=remote_python, remote_hosts=remote_hosts, kernel_ip=kernel_ip,
+        image=image,
+    )  # fmt: skip
+    scripts: list[Path] = []
+    if mode == "kubernetes":
+        if launcher_scripts is None:
+            raise InstallError(
+                "the Kubernetes spec needs --launcher-scripts: the folder of Enterprise Gateway's "
+                "release holding " + " and ".join(_KUBERNETES_SCRIPTS)
+            )
+        scripts = [launcher_scripts / script for script in _KUBERNETES_SCRIPTS]
+        missing = [str(script) for script in scripts if not script.is_file()]
+        if missing:
+            raise InstallError(f"not found: {', '.join(missing)}")
+    return _install(name or f"{KERNEL_NAME}-{mode}", spec, user, sys_prefix, prefix, scripts)

@@ -44,8 +44,9 @@ class Gateway:
             method, f"{self.url}{path}", headers=self.headers, timeout=120, **options
         )
 
-    def start_kernel(self, name: str) -> str:
-        answer = self.api("POST", "/api/kernels", json={"name": name})
+    def start_kernel(self, name: str, env: dict[str, str] | None = None) -> str:
+        body: dict[str, Any] = {"name": name, **({"env": env} if env else {})}
+        answer = self.api("POST", "/api/kernels", json=body)
         assert answer.status_code == 201, answer.text
         kernel_id: str = answer.json()["id"]
         return kernel_id
@@ -69,26 +70,30 @@ class Gateway:
 def start_gateway(root: Path, port: int) -> Gateway:
     """`jupyter kernelgateway` on 127.0.0.1:`port`; its kernels live in `root` (their
     workspace, policy and run log: tests/kernel/conftest.py's kernel_env)."""
+    command = [
+        str(Path(sys.executable).parent / "jupyter"), "kernelgateway",
+        "--KernelGatewayApp.ip=127.0.0.1", f"--KernelGatewayApp.port={port}",
+        f"--KernelGatewayApp.auth_token={TOKEN}",
+        "--KernelGatewayApp.port_retries=0",
+        "--JupyterWebsocketPersonality.list_kernels=True",  # jupyter server lists them
+    ]  # fmt: skip
+    return serve_gateway(command, root, port, kernel_env(root), "the gateway")
+
+
+def serve_gateway(
+    command: list[str], root: Path, port: int, env: dict[str, str], what: str
+) -> Gateway:
+    """Start a gateway's `command` in `root` (its log: `root`/gateway.log) and wait until its
+    REST API answers on 127.0.0.1:`port` with our token."""
     log = root / "gateway.log"
     with log.open("wb") as output:
         process = subprocess.Popen(
-            [
-                str(Path(sys.executable).parent / "jupyter"), "kernelgateway",
-                "--KernelGatewayApp.ip=127.0.0.1", f"--KernelGatewayApp.port={port}",
-                f"--KernelGatewayApp.auth_token={TOKEN}",
-                "--KernelGatewayApp.port_retries=0",
-                "--JupyterWebsocketPersonality.list_kernels=True",  # jupyter server lists them
-            ],
-            stdout=output,
-            stderr=subprocess.STDOUT,
-            env=kernel_env(root),
-            cwd=root,
-        )  # fmt: skip
+            command, stdout=output, stderr=subprocess.STDOUT, env=env, cwd=root
+        )
     gateway = Gateway(f"http://127.0.0.1:{port}", process, log)
     wait_until_up(
-        lambda: gateway.api("GET", "/api/kernelspecs").status_code == 200, process, log,
-        "the gateway",
-    )  # fmt: skip
+        lambda: gateway.api("GET", "/api/kernelspecs").status_code == 200, process, log, what
+    )
     return gateway
 
 

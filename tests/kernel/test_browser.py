@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import socket
 import subprocess
 import sys
 import time
@@ -33,7 +32,7 @@ import pytest
 from tests.attacks.xss_probes import PROBES
 from tests.browser import chromium, screenshot_on_failure
 from tests.kernel.conftest import KERNEL_NAME, install_kernel_spec
-from tests.processes import stop, wait_until_up
+from tests.processes import free_port, stop, wait_until_up
 
 pytestmark = pytest.mark.slow
 
@@ -65,12 +64,6 @@ class Lab:
             return json.loads(response.read())
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def _notebook(path: Path, cells: list[str], policy: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     (path.parent / "config").mkdir(exist_ok=True)
@@ -91,7 +84,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     _notebook(root / "probes" / "probes.ipynb", [p.code for p in PROBES] + ORDINARY_CELLS, "")
     control = [p.code for p in PROBES if p.id in ("img-onerror", "repr-html")]
     _notebook(root / "trusted" / "control.ipynb", control, "[policy]\ntrust_outputs = true\n")
-    token, port = secrets.token_hex(16), _free_port()
+    token, port = secrets.token_hex(16), free_port()
     env = {**os.environ, "SANDBOX_KERNEL_RUN_LOG": str(root / "runs.jsonl")}
     env.pop("SANDBOX_KERNEL_POLICY", None)
     log = (root / "server.log").open("wb")

@@ -7,7 +7,6 @@ mid-cell. ipykernel's `python3`, through the same gateway, runs the same cells t
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -19,23 +18,17 @@ import pytest
 
 from tests.kernel.conftest import KERNEL_NAME, install_kernel_spec
 from tests.kernel.gateway import TOKEN, Gateway, start_gateway
-from tests.processes import stop, wait_until_up
+from tests.processes import free_port, stop, wait_until_up
 
 pytestmark = pytest.mark.slow
 
 STREAMED = "import time\nfor i in range(3):\n    print('line', i, flush=True)\n    time.sleep(0.5)"
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
     install_kernel_spec()
-    found = start_gateway(tmp_path_factory.mktemp("gateway"), _free_port())
+    found = start_gateway(tmp_path_factory.mktemp("gateway"), free_port())
     try:
         yield found
     finally:
@@ -149,7 +142,7 @@ def test_jupyter_server_with_gateway_url_runs_cells_on_the_gateway(
 ) -> None:
     """`jupyter server --gateway-url`: the server holds no kernel of its own; a client of the
     server (REST and WebSocket, as JupyterLab uses them) runs cells on the gateway's."""
-    port, token = _free_port(), "server-token-0123456789abcdef"
+    port, token = free_port(), "server-token-0123456789abcdef"
     log = tmp_path / "server.log"
     with log.open("wb") as output:
         server = subprocess.Popen(
