@@ -175,3 +175,52 @@ def test_jupyter_server_with_gateway_url_runs_cells_on_the_gateway(
             front.api("DELETE", f"/api/kernels/{kernel_id}")
     finally:
         stop(server)
+
+
+_NOTEBOOK_ON_THE_GATEWAY = """
+import sys, nbclient, nbformat, papermill
+manager = sys.argv[1]
+nb = nbformat.v4.new_notebook()
+nb.cells = [nbformat.v4.new_code_cell("import sys\\nprint(sys.platform)"),
+            nbformat.v4.new_code_cell("6 * 7")]
+nbformat.write(nb, "in.ipynb")
+out = papermill.execute_notebook("in.ipynb", "out.ipynb", kernel_name="sandbox-python",
+                                 kernel_manager_class=manager, progress_bar=False)
+print("papermill", [c.outputs[0].get("text") or c.outputs[0]["data"]["text/plain"]
+                    for c in out.cells])
+nb = nbformat.read("in.ipynb", as_version=4)
+nbclient.NotebookClient(nb, kernel_name="sandbox-python", kernel_manager_class=manager).execute()
+print("nbclient", [c.outputs[0].get("text") or c.outputs[0]["data"]["text/plain"]
+                   for c in nb.cells])
+"""
+
+
+def _notebook_on_the_gateway(gateway: Gateway, root: Path, manager: str) -> str:
+    script = root / "run.py"
+    script.write_text(_NOTEBOOK_ON_THE_GATEWAY)
+    env = {**os.environ, "JUPYTER_GATEWAY_URL": gateway.url,
+           "JUPYTER_GATEWAY_AUTH_TOKEN": gateway.token}  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, str(script), manager], capture_output=True, text=True, cwd=root,
+        env=env, timeout=300,
+    )  # fmt: skip
+    return done.stdout + done.stderr
+
+
+def test_papermill_and_nbclient_run_a_notebook_on_the_gateway(
+    gateway: Gateway, tmp_path: Path
+) -> None:
+    """Through jupyter_server's gateway client, as `jupyter server --gateway-url` reaches the
+    gateway, with our manager (kernel/gateway_client.py); jupyter_server's own manager, used
+    by nbclient, opens the WebSocket without the token and is refused."""
+    started = gateway.log.read_text().count("Kernel started")
+    output = _notebook_on_the_gateway(
+        gateway, tmp_path, "sandbox_kernel.kernel.gateway_client.GatewayNotebookKernelManager"
+    )
+    assert "papermill ['wasi\\n', '42']" in output, output
+    assert "nbclient ['wasi\\n', '42']" in output, output
+    assert gateway.log.read_text().count("Kernel started") == started + 2, "on the gateway"
+    upstream = _notebook_on_the_gateway(
+        gateway, tmp_path, "jupyter_server.gateway.managers.GatewayKernelManager"
+    )
+    assert "papermill ['wasi" not in upstream and "401" in upstream, upstream
