@@ -101,22 +101,20 @@ def test_the_specs_for_enterprise_gateway() -> None:
 
 
 def test_the_kubernetes_spec_wants_enterprise_gateways_launcher(tmp_path: Path) -> None:
-    done = subprocess.run(
-        [str(Path(sys.executable).parent / "sandbox-kernel"), "install", "--enterprise-gateway",
-         "kubernetes", "--image", "img:1", "--launcher-scripts", str(tmp_path),
-         "--prefix", str(tmp_path / "prefix")],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+    def install() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(Path(sys.executable).parent / "sandbox-kernel"), "install",
+             "--enterprise-gateway", "kubernetes", "--image", "img:1",
+             "--launcher-scripts", str(tmp_path), "--prefix", str(tmp_path / "prefix")],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+
+    done = install()
     assert done.returncode == 2
     assert "not found:" in done.stderr and "launch_kubernetes.py" in done.stderr
     for script in ("launch_kubernetes.py", "kernel-pod.yaml.j2"):
         (tmp_path / script).write_text("# Enterprise Gateway's, from its release\n")
-    done = subprocess.run(
-        [str(Path(sys.executable).parent / "sandbox-kernel"), "install", "--enterprise-gateway",
-         "kubernetes", "--image", "img:1", "--launcher-scripts", str(tmp_path),
-         "--prefix", str(tmp_path / "prefix")],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+    done = install()
     assert done.returncode == 0, done.stderr
     spec_dir = tmp_path / "prefix" / "share" / "jupyter" / "kernels" / "sandbox-python-kubernetes"
     assert json.loads((spec_dir / "kernel.json").read_text())["argv"][0] == "python"
