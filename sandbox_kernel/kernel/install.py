@@ -63,9 +63,15 @@ class InstallError(ValueError):
     """A kernel spec cannot be written as asked; the message says what to change."""
 
 
+def _shipped_spec() -> dict[str, object]:
+    """spec/kernel.json as shipped, before this interpreter's argv goes in."""
+    spec: dict[str, object] = json.loads((_SPEC_DIR / "kernel.json").read_text())
+    return spec
+
+
 def kernel_spec(name: str = KERNEL_NAME, *, guarded: bool = False) -> dict[str, object]:
     """kernel.json's content for this interpreter (`guarded`: the guarded twin's)."""
-    spec: dict[str, object] = json.loads((_SPEC_DIR / "kernel.json").read_text())
+    spec = _shipped_spec()
     spec["argv"] = [sys.executable, "-m", "sandbox_kernel", "-f", "{connection_file}"]
     if name != KERNEL_NAME:
         spec["display_name"] = f"{spec['display_name']} [{name}]"
@@ -125,7 +131,7 @@ def enterprise_gateway_spec(
     """kernel.json for Enterprise Gateway's distributed (SSH) or Kubernetes process proxy."""
     if mode not in GATEWAY_MODES:
         raise InstallError(f"unknown Enterprise Gateway mode {mode!r}: one of {GATEWAY_MODES}")
-    spec: dict[str, object] = json.loads((_SPEC_DIR / "kernel.json").read_text())
+    spec = _shipped_spec()
     spec["display_name"] = f"{spec['display_name']} [Enterprise Gateway, {mode}]"
     config: dict[str, str] = {}
     if mode == "distributed":

@@ -40,7 +40,6 @@ import socket
 import sys
 import tempfile
 import threading
-import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -128,7 +127,7 @@ def parse_launch(argv: Sequence[str], environ: Mapping[str, str]) -> RemoteLaunc
         return RemoteLaunch(
             kernel_id=kernel_id, response_host=host, response_port=int(port) if port.isdigit()
             else 0, public_key=public_key, port_low=low, port_high=high,
-            ip=args.ip or environ.get("SANDBOX_KERNEL_IP") or "0.0.0.0",
+            **({"ip": args.ip} if args.ip else {}),
         )  # fmt: skip
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
@@ -269,7 +268,7 @@ def _prepare(launch: RemoteLaunch) -> tuple[Path, socket.socket]:
     comm = _bind(launch)
     folder = Path(tempfile.mkdtemp(prefix="sandbox-kernel-"))
     connection_file = folder / f"kernel-{launch.kernel_id}.json"
-    key = uuid.uuid4().hex.encode()
+    key = secrets.token_hex(16).encode()
     for sock in held:  # the kernel binds them next; held until now so no two are the same
         sock.close()
     _, info = write_connection_file(str(connection_file), ip=launch.ip, key=key, **ports)

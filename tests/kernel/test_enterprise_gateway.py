@@ -11,6 +11,7 @@ bin/setup --tests prepares all of it; a missing piece fails the test and names t
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pwd
 import shutil
@@ -22,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.kernel.conftest import processes_mentioning
 from tests.kernel.gateway import TOKEN, Gateway, serve_gateway
 from tests.processes import free_port, stop
 
@@ -149,16 +151,9 @@ def enterprise_gateway(
 def _remote_kernel_pids() -> dict[int, int]:
     """pid -> uid of the processes running our launcher on this machine."""
     found = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes()
-            uid = entry.stat().st_uid
-        except OSError:
-            continue
-        if b"sandbox_kernel.kernel.remote" in cmdline:
-            found[int(entry.name)] = uid
+    for pid in processes_mentioning("sandbox_kernel.kernel.remote"):
+        with contextlib.suppress(OSError):  # it ended meanwhile
+            found[pid] = Path(f"/proc/{pid}").stat().st_uid
     return found
 
 
