@@ -8,7 +8,11 @@ from sandbox_kernel.repl.models import CodeExecution, DisplayMessage, ExecutionS
 from sandbox_kernel.repl.sandbox import ReplSandbox
 
 if TYPE_CHECKING:
+    from sandbox_kernel.repl.daemon_client import DaemonClientSandbox
     from sandbox_kernel.repl.native import NativeReplSandbox
+    from sandbox_kernel.repl.pyodide import PyodideReplSandbox
+
+    ReplSession = ReplSandbox | DaemonClientSandbox | NativeReplSandbox | PyodideReplSandbox
 
 __all__ = [
     "CodeExecution",
@@ -20,12 +24,32 @@ __all__ = [
 ]
 
 
-def create_repl(config: REPLConfig | None = None) -> ReplSandbox | NativeReplSandbox:
-    """A session for `config` ("auto" and "wasm" are the sandboxed WebAssembly backend;
-    "native" is NativeReplSandbox, a plain CPython subprocess with NO sandbox)."""
+def create_repl(config: REPLConfig | None = None) -> ReplSession:
+    """A session for `config.backend`:
+
+    - "wasm": ReplSandbox, the sandboxed WebAssembly session in this process;
+    - "daemon": DaemonClientSandbox, the same sandbox held by the REPL daemon;
+    - "auto": the daemon when one answers at `config.daemon_socket`, else "wasm" (never an
+      unsafe backend);
+    - "native": NativeReplSandbox, a plain CPython subprocess, NO sandbox;
+    - "pyodide": PyodideReplSandbox, Pyodide under Node.js, NO sandbox.
+    """
     config = config if config is not None else REPLConfig()
-    if config.backend == "native":
+    backend = config.backend
+    if backend == "auto":
+        from sandbox_kernel.repl.daemon_client import DaemonClientSandbox
+
+        backend = "daemon" if DaemonClientSandbox.available(config.daemon_socket) else "wasm"
+    if backend == "daemon":
+        from sandbox_kernel.repl.daemon_client import DaemonClientSandbox
+
+        return DaemonClientSandbox(config)
+    if backend == "native":
         from sandbox_kernel.repl.native import NativeReplSandbox  # only when asked for
 
         return NativeReplSandbox(config)
+    if backend == "pyodide":
+        from sandbox_kernel.repl.pyodide import PyodideReplSandbox
+
+        return PyodideReplSandbox(config)
     return ReplSandbox(config)

@@ -57,7 +57,13 @@ class REPLConfig(BaseModel):
     policy: ExecutionPolicy = Field(default_factory=ExecutionPolicy)
     timeout_ms: PositiveInt = 30_000
     max_output_length: PositiveInt = 100_000  # characters kept per stream per execution
-    backend: Literal["auto", "wasm", "native"] = "auto"
+    # "auto": the daemon when one answers at `daemon_socket`, else "wasm"; never an unsafe
+    # backend ("native" and "pyodide" are no sandbox: they run only when named).
+    backend: Literal["auto", "wasm", "daemon", "native", "pyodide"] = "auto"
+    daemon_socket: Path | None = None  # default ~/.rlm/daemon.sock
+    # Pyodide's files: a folder (or a list whose first entry is used); default the pinned
+    # package `sandbox-kernel pyodide install` put in the cache folder.
+    pyodide_index_url: str | list[str] | None = None
     workspace: Path | None = None  # default: the policy's mount_host_dir
     warm_start_modules: tuple[str, ...] = ()  # imported once, kept in a reusable image
     interrupt_grace_seconds: float = Field(default=1.0, gt=0)

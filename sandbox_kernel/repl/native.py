@@ -55,7 +55,7 @@ _SETUP_OUTPUT_BYTES = 1_000_000
 _AFTER_REPLY_SECONDS = 5.0  # the cell reported; its turn must end soon after
 _SECRET_PREFIX = "SANDBOX_KERNEL_LLM_"
 _LOST_NOTE = (
-    "the native session was restarted and its state was lost "
+    "the {kind} session was restarted and its state was lost "
     "(files written in the workspace were kept)"
 )
 
@@ -89,6 +89,11 @@ class NativeReplSandbox:
     """
 
     sandboxed = False
+    kind = "native Python"  # in messages
+    unsafe_warning = (
+        "the native REPL backend runs cells in a plain CPython process with NO "
+        "sandbox (no isolation, no memory limit): use it only for trusted code"
+    )
 
     def __init__(self, config: REPLConfig | None = None) -> None:
         self.config = config if config is not None else REPLConfig()
@@ -140,12 +145,9 @@ class NativeReplSandbox:
     def _start(self) -> None:
         if not self._warned:
             self._warned = True
-            logger.warning(
-                "the native REPL backend runs cells in a plain CPython process with NO "
-                "sandbox (no isolation, no memory limit): use it only for trusted code"
-            )
+            logger.warning(self.unsafe_warning)
         self.workspace.mkdir(parents=True, exist_ok=True)
-        child = Child(self.workspace, self._env())
+        child = self._launch()
         stderr = CappedStream("stderr", _SETUP_OUTPUT_BYTES)
         child.route(CappedStream("stdout", _SETUP_OUTPUT_BYTES), stderr)
         ended = child.converse(
@@ -154,8 +156,12 @@ class NativeReplSandbox:
         if ended.stop is not None:
             code = child.close(kill=True)
             detail = stderr.text().strip() or f"{ended.stop} (exit code {code})"
-            raise SandboxExecutionError(f"the native Python session could not start: {detail}")
+            raise SandboxExecutionError(f"the {self.kind} session could not start: {detail}")
         self._child = child
+
+    def _launch(self) -> Child:
+        """The child process (a subclass runs another interpreter with the same protocol)."""
+        return Child(self.workspace, self._env())
 
     def _door_for_setup(self, **expect: Any) -> Bridge:
         self.bridge.begin(_SETUP_TIMEOUT_SECONDS)
@@ -186,7 +192,7 @@ class NativeReplSandbox:
         else:
             detail = str(ended.error.get("message") if isinstance(ended.error, dict) else "")
         detail = f"{detail}\n{stderr.text()}".strip()
-        raise SandboxExecutionError(f"the native session failed at {source!r}: {detail}")
+        raise SandboxExecutionError(f"the {self.kind} session failed at {source!r}: {detail}")
 
     def _turn(
         self, child: Child, source: str, door: Bridge, stop: Callable[[], str | None]
@@ -313,20 +319,20 @@ class NativeReplSandbox:
             status = ExecutionStatus.TIMEOUT
             what = f"timed out after {self.config.timeout_ms / 1000:g} s"
         else:
-            status, what = ExecutionStatus.ERROR, f"the native Python process {_exit_text(code)}"
+            status, what = ExecutionStatus.ERROR, f"the {self.kind} process {_exit_text(code)}"
         ename = "KeyboardInterrupt" if status is ExecutionStatus.CANCELLED else "SandboxLimitError"
-        return stopped_execution(status, ename, f"{what}; {_LOST_NOTE}", outcome, number)
+        return stopped_execution(status, ename, f"{what}; {_LOST_NOTE.format(kind=self.kind)}", outcome, number)
 
     def _restart(self, reason: str) -> int | None:
         """Kill the child and start a fresh one with the session's context. A fresh one that
         cannot start is logged; the next execute() tries again and raises."""
         code = self._discard(kill=True)
         self.restarts += 1
-        logger.warning("native REPL session restarted (%s); its state was lost", reason)
+        logger.warning("%s REPL session restarted (%s); its state was lost", self.kind, reason)
         try:
             self.initialize(self._context)
         except SandboxExecutionError as exc:
-            logger.error("the native REPL session could not restart: %s", exc)
+            logger.error("the %s REPL session could not restart: %s", self.kind, exc)
         return code
 
     # -- interrupt ---------------------------------------------------------------------------

@@ -46,7 +46,7 @@ import traceback
 import types
 from collections.abc import Callable
 from enum import StrEnum, auto
-from typing import Any, Final
+from typing import Any, BinaryIO, Final
 
 JSONRPC: Final = "2.0"
 PARSE_ERROR: Final = -32700
@@ -85,9 +85,9 @@ class Channel:
     for the serve loop.
     """
 
-    def __init__(self, read_fd: int, write_fd: int) -> None:
-        self._reader = os.fdopen(read_fd, "rb")
-        self._writer = os.fdopen(write_fd, "wb")
+    def __init__(self, reader: BinaryIO, writer: BinaryIO) -> None:
+        self._reader = reader  # readline() -> one line, b"" at EOF
+        self._writer = writer  # write() and flush()
         self._lock = threading.RLock()
         self._stash: list[Message] = []
         self._ids = itertools.count(1)
@@ -303,16 +303,11 @@ def _load_driver(path: str) -> Any:
     return module
 
 
-def main(argv: list[str]) -> int:
-    if len(argv) != 4:
-        print("usage: native_child.py DRIVER_PATH REQUESTS_FD REPLIES_FD", file=sys.stderr)
-        return 2
-    driver_path, read_fd, write_fd = argv[1], int(argv[2]), int(argv[3])
-    for fd in (read_fd, write_fd):
-        os.set_inheritable(fd, False)  # never into a cell's subprocesses
+def serve_cells(channel: Channel, driver_path: str) -> int:
+    """Install the driver in a fresh __main__ with the channel's door, say `ready`, and run
+    turns until the parent closes the pipe (Pyodide's worker calls this too)."""
     signal.signal(signal.SIGINT, _ignore)
-    channel = Channel(read_fd, write_fd)
-    own_module = sys.modules["__main__"]  # keeps this file's globals alive
+    own_module = sys.modules["__main__"]  # keeps the caller's globals alive
     cells = _fresh_main()
     sys.argv = [""]
     sys.path.insert(0, os.getcwd())  # the workspace, as `python -m` puts the cwd first
@@ -327,6 +322,16 @@ def main(argv: list[str]) -> int:
         return channel.serve(vars(cells))
     finally:
         del own_module
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 4:
+        print("usage: native_child.py DRIVER_PATH REQUESTS_FD REPLIES_FD", file=sys.stderr)
+        return 2
+    driver_path, read_fd, write_fd = argv[1], int(argv[2]), int(argv[3])
+    for fd in (read_fd, write_fd):
+        os.set_inheritable(fd, False)  # never into a cell's subprocesses
+    return serve_cells(Channel(os.fdopen(read_fd, "rb"), os.fdopen(write_fd, "wb")), driver_path)
 
 
 if __name__ == "__main__":

@@ -28,10 +28,10 @@ from sandbox_kernel.host.output import CappedStream
 from sandbox_kernel.host.session import StopTurn
 from sandbox_kernel.repl import native_child as rpc
 
-__all__ = ["SLICE_SECONDS", "Child", "Ended"]
+__all__ = ["DRIVER", "SLICE_SECONDS", "Child", "Ended", "python_child"]
 
 _CHILD = Path(__file__).resolve().with_name("native_child.py")
-_DRIVER = Path(__file__).resolve().parent.parent / "guest" / "driver.py"
+DRIVER = Path(__file__).resolve().parent.parent / "guest" / "driver.py"
 SLICE_SECONDS = 0.02  # how soon a cancel or the deadline is noticed
 _READ_BYTES = 1 << 20
 _DRAIN_READS = 64  # per output pipe per message: a thread that never stops printing can't hold us
@@ -47,10 +47,23 @@ class Ended:
     stop: str | None = None  # "timeout", "cancelled" or "exited"
 
 
-class Child:
-    """One child interpreter: the process, its two JSON-RPC pipes and its two output pipes."""
+def python_child(requests_fd: int, replies_fd: int) -> list[str]:
+    """The native backend's command: a plain CPython running native_child.py."""
+    return [sys.executable, "-u", "-P", str(_CHILD), str(DRIVER), str(requests_fd), str(replies_fd)]
 
-    def __init__(self, cwd: Path, env: Mapping[str, str]) -> None:
+
+class Child:
+    """One child interpreter: the process, its two JSON-RPC pipes and its two output pipes.
+
+    `command(requests_fd, replies_fd)` is the child's argv: a plain CPython (python_child) or
+    Node.js running Pyodide (repl/pyodide.py); both speak native_child.py's protocol."""
+
+    def __init__(
+        self,
+        cwd: Path,
+        env: Mapping[str, str],
+        command: Callable[[int, int], list[str]] = python_child,
+    ) -> None:
         ends: list[int] = []
         try:
             requests_r, self._requests = _pipe(ends)
@@ -58,7 +71,7 @@ class Child:
             self._stdout, stdout_w = _pipe(ends)
             self._stderr, stderr_w = _pipe(ends)
             fds = (requests_r, replies_w)
-            argv = [sys.executable, "-u", "-P", str(_CHILD), str(_DRIVER), *map(str, fds)]
+            argv = command(*fds)
             self.process = subprocess.Popen(
                 argv,
                 cwd=cwd,
