@@ -177,6 +177,39 @@ def _doctor(args: argparse.Namespace) -> int:
     return 0 if all(check.ok for check in checks) else 1
 
 
+def _daemon(args: argparse.Namespace) -> int:
+    from sandbox_kernel.repl.daemon import (
+        DaemonSettings,
+        daemon_status,
+        start_daemon,
+        stop_daemon,
+    )
+    from sandbox_kernel.repl.daemon_protocol import DaemonUnavailable, default_socket
+
+    path = args.socket or default_socket()
+    if args.action == "start":
+        settings = DaemonSettings(socket=path, pool=args.pool, max_sessions=args.max_sessions)
+        print(json.dumps(start_daemon(settings), indent=2))
+        return 0
+    if args.action == "stop":
+        stopped = stop_daemon(path)
+        print(f"stopped the daemon at {path}" if stopped else f"no daemon answers at {path}")
+        return 0
+    try:
+        print(json.dumps(daemon_status(path), indent=2))
+    except DaemonUnavailable as exc:
+        print(f"sandbox-kernel daemon: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _pyodide(args: argparse.Namespace) -> int:
+    from sandbox_kernel.repl.pyodide import install_pyodide
+
+    print(f"Pyodide is in {install_pyodide()}")
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sandbox-kernel", description=_DESCRIPTION)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -210,6 +243,15 @@ def _parser() -> argparse.ArgumentParser:
     gateway.add_argument("--launcher-scripts", type=Path,
                          help="kubernetes: EG's folder with launch_kubernetes.py")  # fmt: skip
     install.set_defaults(func=_install)
+    daemon = sub.add_parser("daemon", help="the REPL daemon: warm sandbox sessions on a socket")
+    daemon.add_argument("action", choices=("start", "stop", "status"))
+    daemon.add_argument("--socket", type=Path, default=None, help="default ~/.rlm/daemon.sock")
+    daemon.add_argument("--pool", type=int, default=2, help="warm workers kept waiting")
+    daemon.add_argument("--max-sessions", type=int, default=16, help="sessions at once")
+    daemon.set_defaults(func=_daemon)
+    pyodide = sub.add_parser("pyodide", help="the pyodide REPL backend's files")
+    pyodide.add_argument("action", choices=("install",), help="fetch the pinned npm package")
+    pyodide.set_defaults(func=_pyodide)
     add_runner_subcommands(sub)  # runner sql|python|datasets, capsules list|show
     return parser
 

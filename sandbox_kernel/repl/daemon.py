@@ -341,20 +341,34 @@ def start_daemon(settings: DaemonSettings, log: Path | None = None) -> dict[str,
         "--pool", str(settings.pool), "--max-sessions", str(settings.max_sessions),
     ]  # fmt: skip
     with log.open("ab") as output:
-        process = subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=output, stderr=output, start_new_session=True
-        )
+        # --detach: the process forks and its first half exits at once, so the daemon is
+        # nobody's child (never a zombie of ours, never killed with our terminal).
+        code = subprocess.run(
+            [*argv, "--detach"], stdin=subprocess.DEVNULL, stdout=output, stderr=output,
+            timeout=60, check=False,
+        ).returncode  # fmt: skip
+    if code != 0:
+        raise DaemonUnavailable(f"the daemon could not start (exit {code}); see {log}")
     deadline = time.monotonic() + _START_SECONDS
     while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise DaemonUnavailable(f"the daemon exited ({process.returncode}); see {log}")
-        with contextlib.suppress(DaemonUnavailable):
+        try:
             status = daemon_status(path)
-            if status["warm_workers"] or not settings.pool:
-                return status
+        except DaemonUnavailable:
+            if not _log_says_started(log, path):
+                time.sleep(0.2)
+                continue
+            raise
+        if status["warm_workers"] or not settings.pool:
+            return status
         time.sleep(0.2)
-    process.terminate()
     raise DaemonUnavailable(f"the daemon did not warm up within {_START_SECONDS:g} s; see {log}")
+
+
+def _log_says_started(log: Path, path: Path) -> bool:
+    """Whether the daemon's log says it ended (then waiting on is pointless)."""
+    with contextlib.suppress(OSError):
+        return f"daemon stopped: {path}" in log.read_text(errors="replace")[-4096:]
+    return False
 
 
 def stop_daemon(path: Path | None = None, timeout: float = 30.0) -> bool:
@@ -378,15 +392,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--socket", type=Path, default=default_socket())
     parser.add_argument("--pool", type=int, default=2)
     parser.add_argument("--max-sessions", type=int, default=16)
+    parser.add_argument("--detach", action="store_true", help="fork into the background")
     args = parser.parse_args(argv)
+    settings = DaemonSettings(socket=args.socket, pool=args.pool, max_sessions=args.max_sessions)
+    if args.detach:
+        if os.fork() > 0:  # no thread exists yet: forking is safe here
+            os._exit(0)
+        os.setsid()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-    daemon = Daemon(DaemonSettings(socket=args.socket, pool=args.pool, max_sessions=args.max_sessions))
+    daemon = Daemon(settings)
     signal.signal(signal.SIGTERM, lambda *_: daemon.stop())
     try:
         daemon.serve()
     except DaemonUnavailable as exc:
         print(f"sandbox-kernel daemon: {exc}", file=sys.stderr)
+        print(f"daemon stopped: {settings.socket.expanduser()}", file=sys.stderr, flush=True)
         return 1
+    logger.info("daemon stopped: %s", settings.socket.expanduser())
     return 0
 
 
