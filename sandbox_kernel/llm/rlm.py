@@ -35,10 +35,7 @@ from sandbox_kernel.repl.models import CodeExecution, REPLConfig
 
 if TYPE_CHECKING:
     from sandbox_kernel.llm.service import LLMService
-    from sandbox_kernel.repl.native import NativeReplSandbox
-    from sandbox_kernel.repl.sandbox import ReplSandbox
-
-    Session = ReplSandbox | NativeReplSandbox
+    from sandbox_kernel.repl import ReplSession as Session
 
 __all__ = ["RLMLoop", "RLMSettings", "RLMStep", "describe_context", "parse_reply"]
 

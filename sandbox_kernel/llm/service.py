@@ -28,8 +28,7 @@ from sandbox_kernel.repl import create_repl
 from sandbox_kernel.repl.models import REPLConfig
 
 if TYPE_CHECKING:
-    from sandbox_kernel.repl.native import NativeReplSandbox
-    from sandbox_kernel.repl.sandbox import ReplSandbox
+    from sandbox_kernel.repl import ReplSession
 
 __all__ = ["LLMService"]
 
@@ -102,7 +101,7 @@ class LLMService:
     def _rlm_query(self, task: str, ctx: object, *, parent: REPLConfig, depth: int) -> str:
         return RLMLoop(self, parent, depth).run(task, ctx)
 
-    def child_session(self, parent: REPLConfig, depth: int) -> ReplSandbox | NativeReplSandbox:
+    def child_session(self, parent: REPLConfig, depth: int) -> ReplSession:
         """A new session for an rlm_query loop: the parent's config, quiet, one level down."""
         return create_repl(self.configure(parent.model_copy(update=_CHILD_QUIET), depth))
 

@@ -245,7 +245,9 @@ class Daemon:
         for pid, worker in list(self._workers.items()):
             if worker.process.poll() is not None:
                 if not worker.warm.is_set():
-                    logger.error("a daemon worker exited while warming (%s)", worker.process.returncode)
+                    logger.error(
+                        "a daemon worker exited while warming (%s)", worker.process.returncode
+                    )
                 del self._workers[pid]
                 worker.control.close()
 

@@ -247,7 +247,9 @@ class DaemonClientSandbox:
 
     def _answer_call(self, sock: socket.socket, message: dict[str, Any]) -> None:
         name, args = message.get("name"), message.get("args")
-        callback = self._callback(str(name)) if name in {"llm_query", "rlm_query", "input"} else None
+        callback = (
+            self._callback(str(name)) if name in {"llm_query", "rlm_query", "input"} else None
+        )
         answer: dict[str, Any] = {"op": "answer", "call": message.get("call")}
         try:
             if callback is None or not isinstance(args, list):

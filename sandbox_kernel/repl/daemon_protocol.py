@@ -158,7 +158,7 @@ def peer_uid(sock: socket.socket) -> int:
     """The uid of the process at the other end of a Unix socket (Linux SO_PEERCRED)."""
     credentials = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
     _pid, uid, _gid = struct.unpack("3i", credentials)
-    return uid
+    return int(uid)
 
 
 def same_user(sock: socket.socket) -> bool:

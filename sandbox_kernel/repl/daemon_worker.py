@@ -31,6 +31,7 @@ import sys
 import tempfile
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, Final
 
 from pydantic import ValidationError
@@ -232,9 +233,11 @@ class WorkerSession:
 
 def _warm_up() -> None:
     """Everything a first session needs, loaded once before any client waits for it."""
-    with tempfile.TemporaryDirectory(prefix="sandbox-kernel-daemon-warm-") as folder:
-        with ReplSandbox(REPLConfig(workspace=folder)) as sandbox:
-            sandbox.execute("1")
+    with (
+        tempfile.TemporaryDirectory(prefix="sandbox-kernel-daemon-warm-") as folder,
+        ReplSandbox(REPLConfig(workspace=Path(folder))) as sandbox,
+    ):
+        sandbox.execute("1")
 
 
 def _serve_one(control: socket.socket) -> int:

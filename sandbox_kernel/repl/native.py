@@ -321,7 +321,9 @@ class NativeReplSandbox:
         else:
             status, what = ExecutionStatus.ERROR, f"the {self.kind} process {_exit_text(code)}"
         ename = "KeyboardInterrupt" if status is ExecutionStatus.CANCELLED else "SandboxLimitError"
-        return stopped_execution(status, ename, f"{what}; {_LOST_NOTE.format(kind=self.kind)}", outcome, number)
+        return stopped_execution(
+            status, ename, f"{what}; {_LOST_NOTE.format(kind=self.kind)}", outcome, number
+        )
 
     def _restart(self, reason: str) -> int | None:
         """Kill the child and start a fresh one with the session's context. A fresh one that

@@ -119,7 +119,8 @@ def install_pyodide(registry: str | None = None) -> Path:
     target = cached_pyodide()
     if all((target / name).is_file() for name in _NEEDED):
         return target
-    base = (registry or os.environ.get("npm_config_registry") or _REGISTRY).rstrip("/")
+    npm_registry = os.environ.get("npm_config_registry")  # noqa: SIM112 (npm's own name)
+    base = (registry or npm_registry or _REGISTRY).rstrip("/")
     url = f"{base}/pyodide/-/pyodide-{PYODIDE_VERSION}.tgz"
     try:
         with urllib.request.urlopen(url, timeout=_FETCH_TIMEOUT_SECONDS) as response:
@@ -192,7 +193,9 @@ class PyodideReplSandbox(NativeReplSandbox):
         return Child(self.workspace, self._env(), self._command)
 
     def _command(self, requests_fd: int, replies_fd: int) -> list[str]:
-        permission = "--permission" if self.node_version >= (22, 13) else "--experimental-permission"
+        permission = (
+            "--permission" if self.node_version >= (22, 13) else "--experimental-permission"
+        )
         readable = (self.index_folder, _JS, _CHILD_PY, DRIVER, self.workspace)
         return [
             self.node,

@@ -1,0 +1,236 @@
+"""Attacks on the REPL daemon's socket and its sessions: bad frames, silence, floods, a
+client that leaves mid-cell, a worker killed mid-cell, a daemon killed under its clients,
+another user at the socket. After each: a clear error, the daemon lives, the next session
+works."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import struct
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sandbox_kernel.repl.daemon import Daemon, DaemonSettings, daemon_status, stop_daemon
+from sandbox_kernel.repl.daemon_client import DaemonClientSandbox
+from sandbox_kernel.repl.daemon_protocol import DaemonUnavailable, read_frame
+from sandbox_kernel.repl.models import ExecutionStatus
+from tests.repl.conftest import repl_config
+from tests.repl.daemon_fixtures import (
+    alive,
+    daemon_client,
+    daemon_session,
+    pool_is_warm,
+    running_daemon,
+    wait_for,
+)
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    with running_daemon(tmp_path_factory.mktemp("daemon-attacks")) as path:
+        yield path
+
+
+def raw(path: Path, data: bytes, timeout: float = 10.0) -> dict[str, object] | None:
+    """Send `data` as it is and read the daemon's answer."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(timeout)
+        sock.connect(str(path))
+        sock.sendall(data)
+        return read_frame(sock)
+
+
+def framed(body: bytes) -> bytes:
+    return struct.pack(">I", len(body)) + body
+
+
+def still_serves(path: Path, workspace: Path) -> None:
+    with daemon_session(path, workspace) as repl:
+        assert repl.execute("6 * 7").result == {"text/plain": "42"}
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        framed(b"not json"),
+        framed(b"[1, 2]"),
+        framed(b'{"no": "op"}'),
+        framed(b"\xff\xfe"),
+        framed(b"[" * 100_000 + b"]" * 100_000),
+        framed(b'{"op": "format-disk"}'),
+        framed(b'{"op": "open", "config": {"secret_field": 1}, "callbacks": []}'),
+        framed(b'{"op": "open", "config": {"timeout_ms": -5}, "callbacks": []}'),
+        framed(b'{"op": "open", "config": {}, "callbacks": ["os.system"]}'),
+        struct.pack(">I", 2**32 - 1) + b"x" * 100,
+    ],
+    ids=[
+        "not-json",
+        "array",
+        "no-op",
+        "not-utf8",
+        "deep",
+        "unknown-op",
+        "unknown-config",
+        "bad-config",
+        "unknown-callback",
+        "oversized",
+    ],
+)
+def test_a_bad_frame_gets_an_error_and_the_daemon_lives(
+    daemon: Path, workspace: Path, data: bytes
+) -> None:
+    answer = raw(daemon, data)
+    assert answer is not None and answer["op"] == "error", answer
+    assert isinstance(answer["message"], str) and answer["message"]
+    still_serves(daemon, workspace)
+
+
+def test_silent_and_half_sent_connections_time_out_and_block_nobody(
+    daemon: Path, workspace: Path
+) -> None:
+    held = []
+    for data in (b"", b"\x00\x00", framed(b'{"op": "status"}')[:-3]):
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.connect(str(daemon))
+        sock.sendall(data)
+        held.append(sock)
+    try:
+        assert daemon_status(daemon)["pid"] > 0  # answered while the three are held
+        still_serves(daemon, workspace)
+        for sock in held:
+            sock.settimeout(15)
+            answer = read_frame(sock)  # the daemon gives up on them and says why
+            assert answer is not None and answer["type"] in {"TimeoutError", "ValueError"}
+    finally:
+        for sock in held:
+            sock.close()
+
+
+def test_a_flood_of_connections_leaves_the_daemon_serving(daemon: Path, workspace: Path) -> None:
+    answers: list[object] = []
+
+    def knock() -> None:
+        answer = raw(daemon, framed(b'{"op": "status"}'), timeout=60)
+        answers.append(answer and answer["op"])
+
+    threads = [threading.Thread(target=knock) for _ in range(200)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(90)
+    assert answers == ["status"] * 200
+    still_serves(daemon, workspace)
+
+
+def test_a_client_that_leaves_mid_cell_frees_its_session(daemon: Path, workspace: Path) -> None:
+    repl = daemon_client(daemon, workspace, timeout_ms=600_000)
+    pid = repl.worker_pid
+    assert pid is not None
+    runner = threading.Thread(target=repl.execute, args=("while True: pass",), daemon=True)
+    runner.start()
+    time.sleep(0.5)
+    assert repl._sock is not None
+    repl._sock.shutdown(socket.SHUT_RDWR)  # the client process's end, as if it died
+    wait_for(lambda: not alive(pid), seconds=30, what="the worker's exit")
+    wait_for(lambda: daemon_status(daemon)["sessions"] == 0, what="the session freed")
+    still_serves(daemon, workspace)
+
+
+def test_a_worker_killed_mid_cell_is_reported_and_replaced(daemon: Path, workspace: Path) -> None:
+    repl = daemon_client(daemon, workspace)
+    try:
+        assert repl.execute("x = 1").ok
+        pid = repl.worker_pid
+        assert pid is not None
+        threading.Timer(0.5, os.kill, (pid, signal.SIGKILL)).start()
+        lost = repl.execute("import time\ntime.sleep(20)")
+        assert lost.status is ExecutionStatus.ERROR and lost.ename == "SandboxSessionLost"
+        assert "lost" in str(lost.evalue)
+        again = repl.execute("x")  # a new session: the old variables are gone, plainly
+        assert again.ename == "NameError"
+        assert repl.worker_pid != pid and repl.sessions_opened == 2
+    finally:
+        repl.destroy()
+    wait_for(lambda: pool_is_warm(daemon), what="the pool refilled")
+
+
+def test_a_daemon_killed_under_its_clients_hangs_nobody(tmp_path: Path, workspace: Path) -> None:
+    with running_daemon(tmp_path / "killed") as path:
+        repl = daemon_client(path, workspace)
+        try:
+            assert repl.execute("kept = 'here'").ok
+            os.kill(daemon_status(path)["pid"], signal.SIGKILL)
+            # the busy worker serves its client to the end
+            assert repl.get_variable("kept") == "here"
+            started = time.monotonic()
+            with pytest.raises(DaemonUnavailable):
+                daemon_client(path, workspace)  # the stale socket answers nobody
+            assert time.monotonic() - started < 10
+            assert not stop_daemon(path)
+            assert not DaemonClientSandbox.available(path)
+        finally:
+            repl.destroy()
+        # a new daemon replaces the stale socket
+        with running_daemon(tmp_path / "killed") as again:
+            still_serves(again, workspace)
+
+
+def test_a_second_daemon_on_a_live_socket_refuses(daemon: Path) -> None:
+    with pytest.raises(DaemonUnavailable, match="already answers"):
+        Daemon(DaemonSettings(socket=daemon)).serve()
+    assert daemon_status(daemon)["pid"] > 0
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="switching to another user needs root")
+def test_another_user_is_refused_even_when_the_socket_is_opened_to_all() -> None:
+    with (
+        tempfile.TemporaryDirectory(prefix="sandbox-kernel-open-", dir="/tmp") as top,
+        running_daemon(Path(top)) as path,
+    ):
+        for opened in (Path(top), path.parent):
+            opened.chmod(0o777)
+        path.chmod(0o666)  # the daemon makes it 0600; the peer check must hold anyway
+        probe = (
+            "import socket, struct, sys\n"
+            "s = socket.socket(socket.AF_UNIX)\n"
+            f"s.connect({str(path)!r})\n"
+            'body = b\'{"op": "status"}\'\n'
+            "s.sendall(struct.pack('>I', len(body)) + body)\n"
+            "print(s.recv(4096))\n"
+        )
+        done = subprocess.run(
+            ["/usr/bin/python3", "-c", probe],
+            user=65534,
+            cwd="/",
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert done.returncode == 0, done.stderr
+        assert "PermissionError" in done.stdout and "pid" not in done.stdout
+
+
+def test_frames_from_a_client_over_the_cap_end_only_that_session(
+    daemon: Path, workspace: Path
+) -> None:
+    repl = DaemonClientSandbox(repl_config(workspace, daemon_socket=daemon, backend="daemon"))
+    repl.initialize()
+    try:
+        sock = repl._sock
+        assert sock is not None
+        sock.settimeout(10)
+        sock.sendall(struct.pack(">I", 2**31) + b"x" * 64)
+        answer = read_frame(sock)
+        assert answer is not None and answer["op"] == "error" and "over" in str(answer["message"])
+    finally:
+        repl.destroy()
+
+    still_serves(daemon, workspace)
