@@ -3,7 +3,7 @@
 Pyodide under Node is no sandbox (`import js` reaches Node's `process`): the backend is
 labelled unsafe, and these tests pin down both sides of the line, so a change in what holds
 is seen. Contained: the host's files outside the workspace (read and write), child
-processes. Not contained (and said so in README.md): signals to the user's other processes;
+processes, native addons, the inspector. Not contained (and said so in README.md): signals to the user's other processes;
 the network is not forbidden, only out of reach the way the backend is built.
 """
 
@@ -60,6 +60,15 @@ def test_child_processes_cannot_be_started(session: PyodideReplSandbox) -> None:
     assert not Path("/tmp/pwned-by-pyodide").exists()
     binding = session.execute("import js\njs.process.binding('spawn_sync')")
     assert binding.ename == "JsException" and "not available" in str(binding.evalue)
+
+
+def test_native_addons_and_the_inspector_are_refused(session: PyodideReplSandbox) -> None:
+    addon = session.workspace / "planted.node"
+    addon.write_bytes(b"\x7fELF")  # a cell can write one into the workspace; Node won't load it
+    dlopen = session.execute(f"import js\njs.process.dlopen(js.Object.new(), {str(addon)!r})")
+    assert "loading addons is disabled" in str(dlopen.evalue)
+    inspector = session.execute("import js\njs.process.getBuiltinModule('inspector').open(0)")
+    assert denied(inspector)
 
 
 def test_not_contained_signals_to_the_users_other_processes(session: PyodideReplSandbox) -> None:

@@ -1,0 +1,134 @@
+"""The four REPL backends side by side, and the daemon under concurrent clients.
+
+For each backend (wasm in process, daemon, native, pyodide), medians over ROUNDS sessions:
+
+- start: a new session created, initialized and its first cell (`1`) answered. The wasm
+  backend starts from its warm image; the daemon's session is a warm worker's; native starts
+  a CPython process; pyodide starts Node and loads Pyodide.
+- execute: a trivial cell (`x = 1`) back to back, 200 per session.
+- interrupt: cancel() of `while True: pass` until execute() returns (soft interrupt).
+
+The baseline is native (a plain CPython subprocess, no sandbox), measured in the same run;
+ratios are against it. Then the daemon alone: executes per second with 1, 4 and 16 clients,
+each its own session running trivial cells back to back for a few seconds.
+
+A daemon is started on a socket of its own for the run and stopped at the end.
+Usage: .venv/bin/python bench/bench_backends.py [ROUNDS]
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from sandbox_kernel import ExecutionPolicy, REPLConfig, create_repl
+from sandbox_kernel.repl.daemon import DaemonSettings, start_daemon, stop_daemon
+
+BACKENDS = ("wasm", "daemon", "native", "pyodide")
+CELLS_PER_SESSION = 200
+THROUGHPUT_SECONDS = 5.0
+BIG_FUEL = 200_000_000_000
+
+
+def open_session(backend: str, folder: Path, socket: Path) -> tuple[Any, float]:
+    config = REPLConfig(
+        backend=backend,  # type: ignore[arg-type]
+        workspace=folder,
+        daemon_socket=socket,
+        policy=ExecutionPolicy(fuel_budget=BIG_FUEL),  # the interrupt, not the fuel, stops it
+    )
+    started = time.perf_counter()
+    repl = create_repl(config)
+    repl.initialize()
+    assert repl.execute("1").ok
+    return repl, (time.perf_counter() - started) * 1000
+
+
+def execute_ms(repl: Any) -> float:
+    samples = []
+    for _ in range(CELLS_PER_SESSION):
+        started = time.perf_counter()
+        repl.execute("x = 1")
+        samples.append((time.perf_counter() - started) * 1000)
+    return statistics.median(samples)
+
+
+def interrupt_ms(repl: Any) -> float:
+    fired: list[float] = []
+
+    def cancel() -> None:
+        fired.append(time.perf_counter())
+        repl.cancel()
+
+    threading.Timer(0.3, cancel).start()
+    result = repl.execute("while True:\n    pass")
+    assert result.ename == "KeyboardInterrupt", result
+    return (time.perf_counter() - fired[0]) * 1000
+
+
+def throughput(socket: Path, folder: Path, clients: int) -> float:
+    counts = [0] * clients
+    sessions = []
+    for index in range(clients):
+        repl, _ = open_session("daemon", folder / f"client-{index}", socket)
+        sessions.append(repl)
+    go = threading.Barrier(clients + 1)
+
+    def run(index: int) -> None:
+        go.wait()
+        until = time.perf_counter() + THROUGHPUT_SECONDS
+        while time.perf_counter() < until:
+            sessions[index].execute("x = 1")
+            counts[index] += 1
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(clients)]
+    for thread in threads:
+        thread.start()
+    go.wait()
+    for thread in threads:
+        thread.join()
+    for repl in sessions:
+        repl.destroy()
+    return sum(counts) / THROUGHPUT_SECONDS
+
+
+def main(rounds: int) -> None:
+    with tempfile.TemporaryDirectory(prefix="bench-backends-") as scratch:
+        folder = Path(scratch)
+        socket = folder / "daemon.sock"
+        start_daemon(DaemonSettings(socket=socket, pool=2, max_sessions=32))
+        try:
+            figures: dict[str, dict[str, list[float]]] = {
+                name: {"start": [], "execute": [], "interrupt": []} for name in BACKENDS
+            }
+            for round_ in range(rounds):
+                for name in BACKENDS:  # alternating, so load hits all alike
+                    repl, start = open_session(name, folder / f"{name}-{round_}", socket)
+                    figures[name]["start"].append(start)
+                    figures[name]["execute"].append(execute_ms(repl))
+                    figures[name]["interrupt"].append(interrupt_ms(repl))
+                    repl.destroy()
+            base = {key: statistics.median(figures["native"][key]) for key in figures["native"]}
+            print(f"{rounds} sessions per backend, medians (ratio against native)")
+            print(f"{'backend':<9} {'start ms':>16} {'execute ms':>16} {'interrupt ms':>16}")
+            for name in BACKENDS:
+                cells = []
+                for key in ("start", "execute", "interrupt"):
+                    value = statistics.median(figures[name][key])
+                    cells.append(f"{value:8.2f} ({value / base[key]:4.2f}x)")
+                print(f"{name:<9} " + " ".join(f"{cell:>16}" for cell in cells))
+            print("daemon: trivial executes per second, all clients together")
+            for clients in (1, 4, 16):
+                rate = throughput(socket, folder / f"throughput-{clients}", clients)
+                print(f"  {clients:>2} clients: {rate:8.0f} /s")
+        finally:
+            stop_daemon(socket)
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else 5)
