@@ -183,6 +183,23 @@ def test_a_daemon_killed_under_its_clients_hangs_nobody(tmp_path: Path, workspac
             still_serves(again, workspace)
 
 
+def test_a_daemon_stopped_under_a_running_cell_answers_its_client(
+    tmp_path: Path, workspace: Path
+) -> None:
+    with running_daemon(tmp_path / "stopped") as path:
+        repl = daemon_client(path, workspace)
+        try:
+            threading.Timer(0.5, stop_daemon, (path,)).start()
+            started = time.monotonic()
+            lost = repl.execute("import time\ntime.sleep(60)")
+            assert lost.ename == "SandboxSessionLost"  # told plainly, within seconds
+            assert time.monotonic() - started < 15
+            with pytest.raises(DaemonUnavailable, match="no daemon answers"):
+                repl.execute("1")  # and no daemon to open a new session with: said so
+        finally:
+            repl.destroy()
+
+
 def test_a_second_daemon_on_a_live_socket_refuses(daemon: Path) -> None:
     with pytest.raises(DaemonUnavailable, match="already answers"):
         Daemon(DaemonSettings(socket=daemon)).serve()
