@@ -89,3 +89,12 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serving]:
         yield found
     finally:
         found.stop()
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A real REPL daemon for the module (tests/repl/daemon_fixtures.py), its socket path."""
+    from tests.repl.daemon_fixtures import running_daemon
+
+    with running_daemon(tmp_path_factory.mktemp("daemon")) as path:
+        yield path

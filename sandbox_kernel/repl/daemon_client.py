@@ -39,7 +39,13 @@ from sandbox_kernel.repl.daemon_protocol import (
     same_user,
     send_frame,
 )
-from sandbox_kernel.repl.models import CodeExecution, DisplayMessage, ExecutionStatus, REPLConfig
+from sandbox_kernel.repl.models import (
+    CodeExecution,
+    ContextManagedSession,
+    DisplayMessage,
+    ExecutionStatus,
+    REPLConfig,
+)
 from sandbox_kernel.repl.results import UsageReading
 
 __all__ = ["DaemonClientSandbox"]
@@ -58,7 +64,7 @@ class _Lost(Exception):
     """The connection to the worker ended."""
 
 
-class DaemonClientSandbox:
+class DaemonClientSandbox(ContextManagedSession):
     """A persistent sandboxed Python session in the REPL daemon (backend="daemon")."""
 
     sandboxed = True
@@ -98,13 +104,6 @@ class DaemonClientSandbox:
         return True
 
     # -- lifecycle -----------------------------------------------------------------------------
-
-    def __enter__(self) -> DaemonClientSandbox:
-        self.initialize()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.destroy()
 
     def initialize(self, context: object = None) -> None:
         """Open the session (once) and bind `context` inside it."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 
@@ -16,7 +16,13 @@ from sandbox_kernel.core.policy import ExecutionPolicy
 from sandbox_kernel.core.results import WheelRecord
 from sandbox_kernel.core.usage import LLMUsage
 
-__all__ = ["CodeExecution", "DisplayMessage", "ExecutionStatus", "REPLConfig"]
+__all__ = [
+    "CodeExecution",
+    "ContextManagedSession",
+    "DisplayMessage",
+    "ExecutionStatus",
+    "REPLConfig",
+]
 
 LineCallback = Callable[[str], None]
 
@@ -125,3 +131,21 @@ class CodeExecution(BaseModel):
     @property
     def ok(self) -> bool:
         return self.status is ExecutionStatus.OK
+
+
+class ContextManagedSession:
+    """`with session:` initializes it (no context) and destroys it at the end: every
+    backend's sessions are used this way."""
+
+    def initialize(self, context: object = None) -> None:
+        raise NotImplementedError
+
+    def destroy(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        self.initialize()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.destroy()

@@ -41,7 +41,12 @@ from sandbox_kernel.host.output import CappedStream
 from sandbox_kernel.host.session import TurnOutcome
 from sandbox_kernel.repl import native_child as rpc
 from sandbox_kernel.repl.bridges import Bridge, LineSplitter, escalate_after
-from sandbox_kernel.repl.models import CodeExecution, ExecutionStatus, REPLConfig
+from sandbox_kernel.repl.models import (
+    CodeExecution,
+    ContextManagedSession,
+    ExecutionStatus,
+    REPLConfig,
+)
 from sandbox_kernel.repl.native_process import Child, Ended
 from sandbox_kernel.repl.protocol import DRIVER_NAME, run_cell_turn
 from sandbox_kernel.repl.results import UsageReading, execution_from_reply, stopped_execution
@@ -80,7 +85,7 @@ class _WholeLines:
         self._splitter.flush()
 
 
-class NativeReplSandbox:
+class NativeReplSandbox(ContextManagedSession):
     """A persistent Python session in a plain CPython subprocess. UNSAFE: NOT A SANDBOX.
 
     Cells run with the host user's full rights; use it only for trusted code (and as the
@@ -121,13 +126,6 @@ class NativeReplSandbox:
         return self._child.process.pid if self._child is not None else None
 
     # -- lifecycle ---------------------------------------------------------------------------
-
-    def __enter__(self) -> NativeReplSandbox:
-        self.initialize()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.destroy()
 
     def initialize(self, context: object = None) -> None:
         """Start the child (once) and bind `context` inside it."""

@@ -51,7 +51,12 @@ from sandbox_kernel.host.wasi_config import Preopen
 from sandbox_kernel.repl import warm
 from sandbox_kernel.repl.bridges import Bridge, LineSplitter, escalate_after
 from sandbox_kernel.repl.guest_sources import loader_source
-from sandbox_kernel.repl.models import CodeExecution, ExecutionStatus, REPLConfig
+from sandbox_kernel.repl.models import (
+    CodeExecution,
+    ContextManagedSession,
+    ExecutionStatus,
+    REPLConfig,
+)
 from sandbox_kernel.repl.protocol import DRIVER_NAME, run_cell_turn
 from sandbox_kernel.repl.results import UsageReading, execution_from_reply, stopped_execution
 from sandbox_kernel.runtimes.base import limits_from_policy
@@ -138,7 +143,7 @@ def _warm_imports(modules: tuple[str, ...]) -> str:
     return f"for {name} in {modules!r}:\n    __import__({name})\ndel {name}\n"
 
 
-class ReplSandbox:
+class ReplSandbox(ContextManagedSession):
     """A persistent sandboxed Python session (the wasm backend)."""
 
     def __init__(self, config: REPLConfig | None = None) -> None:
@@ -168,13 +173,6 @@ class ReplSandbox:
         _LIVE.add(self)
 
     # -- lifecycle ---------------------------------------------------------------------------
-
-    def __enter__(self) -> ReplSandbox:
-        self.initialize()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.destroy()
 
     def initialize(self, context: object = None) -> None:
         """Start the guest (once) and bind `context` inside it."""

@@ -13,7 +13,6 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -31,12 +30,6 @@ from tests.repl.daemon_fixtures import (
     running_daemon,
     wait_for,
 )
-
-
-@pytest.fixture(scope="module")
-def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    with running_daemon(tmp_path_factory.mktemp("daemon-attacks")) as path:
-        yield path
 
 
 def raw(path: Path, data: bytes, timeout: float = 10.0) -> dict[str, object] | None:

@@ -3,8 +3,9 @@
 Pyodide under Node is no sandbox (`import js` reaches Node's `process`): the backend is
 labelled unsafe, and these tests pin down both sides of the line, so a change in what holds
 is seen. Contained: the host's files outside the workspace (read and write), child
-processes, native addons, the inspector. Not contained (and said so in README.md): signals to the user's other processes;
-the network is not forbidden, only out of reach the way the backend is built.
+processes, native addons, the inspector. Not contained (and said so in README.md): signals
+to the user's other processes; the network is not forbidden, only out of reach the way the
+backend is built.
 """
 
 from __future__ import annotations

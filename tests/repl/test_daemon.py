@@ -8,10 +8,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from sandbox_kernel import REPLConfig, ReplSandbox, create_repl
 from sandbox_kernel.repl.daemon import daemon_status
@@ -21,15 +18,8 @@ from tests.repl.daemon_fixtures import (
     daemon_client,
     daemon_session,
     pool_is_warm,
-    running_daemon,
     wait_for,
 )
-
-
-@pytest.fixture(scope="module")
-def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    with running_daemon(tmp_path_factory.mktemp("daemon")) as path:
-        yield path
 
 
 def test_a_session_through_the_daemon_keeps_state_context_and_files(
