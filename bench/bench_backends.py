@@ -9,8 +9,11 @@ For each backend (wasm in process, daemon, native, pyodide), medians over ROUNDS
 - interrupt: cancel() of `while True: pass` until execute() returns (soft interrupt).
 
 The baseline is native (a plain CPython subprocess, no sandbox), measured in the same run;
-ratios are against it. Then the daemon alone: executes per second with 1, 4 and 16 clients,
-each its own session running trivial cells back to back for a few seconds.
+ratios are against it. Then a fresh process's first cell, the case the daemon is for: a new
+Python process that imports sandbox_kernel, opens a session (wasm in process, or the daemon's)
+and runs `1`, timed from its start to its exit. Then the daemon alone: executes per second
+with 1, 4 and 16 clients, each its own session running trivial cells back to back for a few
+seconds.
 
 A daemon is started on a socket of its own for the run and stopped at the end.
 Usage: .venv/bin/python bench/bench_backends.py [ROUNDS]
@@ -19,6 +22,7 @@ Usage: .venv/bin/python bench/bench_backends.py [ROUNDS]
 from __future__ import annotations
 
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -69,6 +73,22 @@ def interrupt_ms(repl: Any) -> float:
     result = repl.execute("while True:\n    pass")
     assert result.ename == "KeyboardInterrupt", result
     return (time.perf_counter() - fired[0]) * 1000
+
+
+FRESH = (
+    "import sys\nfrom sandbox_kernel import REPLConfig, create_repl\n"
+    "repl = create_repl(REPLConfig(backend=sys.argv[1], workspace=sys.argv[2],"
+    " daemon_socket=sys.argv[3]))\n"
+    "repl.initialize()\nassert repl.execute('1').ok\nrepl.destroy()\n"
+)
+
+
+def fresh_process_ms(backend: str, folder: Path, socket: Path) -> float:
+    started = time.perf_counter()
+    subprocess.run(
+        [sys.executable, "-c", FRESH, backend, str(folder), str(socket)], check=True, timeout=300
+    )
+    return (time.perf_counter() - started) * 1000
 
 
 def throughput(socket: Path, folder: Path, clients: int) -> float:
@@ -122,6 +142,16 @@ def main(rounds: int) -> None:
                     value = statistics.median(figures[name][key])
                     cells.append(f"{value:8.2f} ({value / base[key]:4.2f}x)")
                 print(f"{name:<9} " + " ".join(f"{cell:>16}" for cell in cells))
+            fresh: dict[str, list[float]] = {"wasm": [], "daemon": []}
+            for round_ in range(rounds):
+                for name in fresh:
+                    fresh[name].append(fresh_process_ms(name, folder / f"fresh-{round_}", socket))
+            wasm_fresh = statistics.median(fresh["wasm"])
+            daemon_fresh = statistics.median(fresh["daemon"])
+            print(
+                f"a fresh process's first cell: wasm in process {wasm_fresh:.0f} ms, "
+                f"through the daemon {daemon_fresh:.0f} ms ({daemon_fresh / wasm_fresh:.2f}x)"
+            )
             print("daemon: trivial executes per second, all clients together")
             for clients in (1, 4, 16):
                 rate = throughput(socket, folder / f"throughput-{clients}", clients)

@@ -41,6 +41,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from sandbox_kernel.repl.daemon_protocol import (
     DaemonUnavailable,
     FrameError,
+    connect,
     default_socket,
     read_frame,
     same_user,
@@ -105,7 +106,7 @@ class Daemon:
         finally:
             os.umask(old_mask)
         self.path.chmod(0o600)
-        listener.listen(64)
+        listener.listen(socket.SOMAXCONN)
         return listener
 
     def serve(self) -> None:
@@ -307,16 +308,14 @@ def _answers(path: Path, timeout: float = 1.0) -> bool:
 
 def _ask(path: Path, request: dict[str, Any], timeout: float) -> dict[str, Any]:
     """One request to the daemon at `path` and its answer."""
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-        sock.settimeout(timeout)
-        try:
-            sock.connect(str(path))
+    try:
+        with connect(path, timeout) as sock:
             if not same_user(sock):
                 raise DaemonUnavailable(f"the daemon at {path} runs as another user")
             send_frame(sock, request)
             answer = read_frame(sock)
-        except (OSError, FrameError) as exc:
-            raise DaemonUnavailable(f"no daemon answers at {path}: {exc}") from None
+    except (OSError, FrameError) as exc:
+        raise DaemonUnavailable(f"no daemon answers at {path}: {exc}") from None
     if answer is None or answer.get("op") == "error":
         detail = answer.get("message") if answer else "it closed the connection"
         raise DaemonUnavailable(f"the daemon at {path} refused: {detail}")

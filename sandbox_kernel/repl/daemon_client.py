@@ -33,6 +33,7 @@ from sandbox_kernel.repl.daemon_protocol import (
     DATA_FIELDS,
     DaemonUnavailable,
     FrameError,
+    connect,
     default_socket,
     encode_context,
     read_frame,
@@ -137,10 +138,11 @@ class DaemonClientSandbox(ContextManagedSession):
     def _connection(self) -> socket.socket:
         if self._sock is not None:
             return self._sock
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            sock.settimeout(_CONNECT_SECONDS)
-            sock.connect(str(self.socket_path))
+            sock = connect(self.socket_path, _CONNECT_SECONDS)
+        except OSError as exc:
+            raise DaemonUnavailable(f"no daemon answers at {self.socket_path}: {exc}") from None
+        try:
             if not same_user(sock):
                 raise DaemonUnavailable(f"the daemon at {self.socket_path} runs as another user")
             names = [name for name in CALLBACKS if self._callback(name) is not None]

@@ -39,6 +39,7 @@ import json
 import os
 import socket
 import struct
+import time
 from pathlib import Path
 from typing import Any, Final
 
@@ -50,6 +51,7 @@ __all__ = [
     "MAX_FRAME_BYTES",
     "DaemonUnavailable",
     "FrameError",
+    "connect",
     "decode_context",
     "default_socket",
     "encode_context",
@@ -152,6 +154,31 @@ def _read_exactly(sock: socket.socket, count: int, *, eof_ok: bool) -> bytes | N
             raise FrameError("the connection closed inside a frame", fatal=True)
         data += chunk
     return bytes(data)
+
+
+def connect(path: Path, timeout: float) -> socket.socket:
+    """A connection to the Unix socket at `path`, its timeout set to `timeout`. A full
+    backlog (the daemon flooded) is waited out, not taken for an absent daemon.
+
+    Raises:
+        OSError: nothing listens there (FileNotFoundError, ConnectionRefusedError), or the
+            backlog stayed full for `timeout` seconds (TimeoutError).
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(timeout)
+        try:
+            sock.connect(str(path))
+            return sock
+        except BlockingIOError:
+            sock.close()
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"the daemon at {path} stayed too busy to connect") from None
+            time.sleep(0.01)
+        except BaseException:
+            sock.close()
+            raise
 
 
 def peer_uid(sock: socket.socket) -> int:

@@ -19,7 +19,7 @@ import pytest
 
 from sandbox_kernel.repl.daemon import Daemon, DaemonSettings, daemon_status, stop_daemon
 from sandbox_kernel.repl.daemon_client import DaemonClientSandbox
-from sandbox_kernel.repl.daemon_protocol import DaemonUnavailable, read_frame
+from sandbox_kernel.repl.daemon_protocol import DaemonUnavailable, connect, read_frame
 from sandbox_kernel.repl.models import ExecutionStatus
 from tests.repl.conftest import repl_config
 from tests.repl.daemon_fixtures import (
@@ -34,9 +34,7 @@ from tests.repl.daemon_fixtures import (
 
 def raw(path: Path, data: bytes, timeout: float = 10.0) -> dict[str, object] | None:
     """Send `data` as it is and read the daemon's answer."""
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-        sock.settimeout(timeout)
-        sock.connect(str(path))
+    with connect(path, timeout) as sock:
         sock.sendall(data)
         return read_frame(sock)
 
