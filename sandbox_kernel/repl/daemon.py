@@ -10,7 +10,9 @@ itself (SCM_RIGHTS) and serves that one session; the daemon then starts a worker
 pool. The daemon never runs guest code and never relays a cell's bytes.
 
 Faults: a frame that is malformed or too large, a peer of another user, or one that sends
-nothing for OPEN_TIMEOUT seconds gets an error and is closed; the daemon goes on. A worker that
+nothing for OPEN_TIMEOUT seconds gets an error and is closed; the daemon goes on. A client
+that stops reading is given up by its worker once a send has waited past the cell's time
+limit, its grace and 5 s. A worker that
 dies is reaped and the pool refilled; its client's connection is at EOF and the client says so.
 `stop` ends the daemon and its workers (their clients hear the session ended); an idle worker
 whose daemon died exits by itself, a busy one serves its client to the end. A second daemon on

@@ -27,6 +27,7 @@ import logging
 import os
 import queue
 import socket
+import struct
 import sys
 import tempfile
 import threading
@@ -71,6 +72,11 @@ class WorkerSession:
         self.gone = threading.Event()
         self.config = self._config(request)
         self.sandbox = ReplSandbox(self.config)
+        # A client that stops reading must not hold the worker forever in a send: past the
+        # cell's whole time limit (and its grace, and a slack) it counts as gone.
+        patience = self.config.timeout_ms / 1000 + self.config.interrupt_grace_seconds
+        seconds = max(1, round(patience + _CALL_SLACK_SECONDS))
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, struct.pack("ll", seconds, 0))
 
     # -- configuration -----------------------------------------------------------------------
 

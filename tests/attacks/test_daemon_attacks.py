@@ -135,6 +135,26 @@ def test_a_client_that_leaves_mid_cell_frees_its_session(daemon: Path, workspace
     still_serves(daemon, workspace)
 
 
+def test_a_client_that_stops_reading_does_not_hold_its_worker_forever(daemon: Path) -> None:
+    """The client opens a session and asks for a cell that prints without end, then never
+    reads again: the worker's sends block, the cell's limit passes, and the worker gives the
+    client up and exits instead of waiting in a send forever."""
+    sock = connect(daemon, 10)
+    try:
+        open_ = b'{"op": "open", "config": {"timeout_ms": 1000}, "callbacks": ["stdout"]}'
+        sock.sendall(framed(open_))
+        ready = read_frame(sock)
+        assert ready is not None and ready["op"] == "ready", ready
+        pid = ready["pid"]
+        assert isinstance(pid, int)
+        cell = b'{"op": "execute", "id": 1, "code": "while True: print(\'x\' * 1000)"}'
+        sock.sendall(framed(cell))
+        wait_for(lambda: not alive(pid), seconds=60, what="the worker giving the client up")
+    finally:
+        sock.close()
+    wait_for(lambda: daemon_status(daemon)["sessions"] == 0, what="the session freed")
+
+
 def test_a_worker_killed_mid_cell_is_reported_and_replaced(daemon: Path, workspace: Path) -> None:
     repl = daemon_client(daemon, workspace)
     try:
