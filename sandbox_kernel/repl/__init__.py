@@ -37,9 +37,9 @@ def create_repl(config: REPLConfig | None = None) -> ReplSession:
     config = config if config is not None else REPLConfig()
     backend = config.backend
     if backend == "auto":
-        from sandbox_kernel.repl.daemon_client import DaemonClientSandbox
+        from sandbox_kernel.repl.daemon import daemon_answers
 
-        backend = "daemon" if DaemonClientSandbox.available(config.daemon_socket) else "wasm"
+        backend = "daemon" if daemon_answers(config.daemon_socket) else "wasm"
     if backend == "daemon":
         from sandbox_kernel.repl.daemon_client import DaemonClientSandbox
 

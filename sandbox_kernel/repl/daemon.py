@@ -43,14 +43,21 @@ from pydantic import BaseModel, ConfigDict, Field
 from sandbox_kernel.repl.daemon_protocol import (
     DaemonUnavailable,
     FrameError,
-    connect,
     default_socket,
+    exchange,
     read_frame,
     same_user,
     send_frame,
 )
 
-__all__ = ["Daemon", "DaemonSettings", "daemon_status", "start_daemon", "stop_daemon"]
+__all__ = [
+    "Daemon",
+    "DaemonSettings",
+    "daemon_answers",
+    "daemon_status",
+    "start_daemon",
+    "stop_daemon",
+]
 
 logger = logging.getLogger("sandbox_kernel")
 
@@ -97,7 +104,7 @@ class Daemon:
     def _bind(self) -> socket.socket:
         folder = self.path.parent
         folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-        if _answers(self.path):
+        if daemon_answers(self.path):
             raise DaemonUnavailable(f"a daemon already answers at {self.path}")
         with contextlib.suppress(FileNotFoundError):
             self.path.unlink()  # stale: nothing answers
@@ -192,7 +199,8 @@ class Daemon:
     def _hand_off(self, conn: socket.socket, request: dict[str, Any]) -> None:
         worker = self._take_worker()
         if worker is None:
-            busy = sum(worker.busy for worker in self._workers.values())
+            with self._lock:
+                busy = self._busy()
             _refuse(conn, "RuntimeError", f"the daemon is busy ({busy} sessions) or stopping")
             return
         payload = json.dumps(request).encode("utf-8")
@@ -212,8 +220,7 @@ class Daemon:
             self._waiters += 1
             try:
                 while not self._stopping.is_set():
-                    busy = sum(worker.busy for worker in self._workers.values())
-                    if busy >= self.settings.max_sessions:
+                    if self._busy() >= self.settings.max_sessions:
                         return None
                     for worker in self._workers.values():
                         if not worker.busy and worker.warm.is_set():
@@ -231,15 +238,18 @@ class Daemon:
 
     # -- the pool ------------------------------------------------------------------------------
 
+    def _busy(self) -> int:
+        """Workers serving a session (call with the lock held)."""
+        return sum(worker.busy for worker in self._workers.values())
+
     def _keep_pool(self) -> None:
         while not self._stopping.is_set():
             with self._lock:
                 self._reap()
-                idle = [worker for worker in self._workers.values() if not worker.busy]
-                busy = len(self._workers) - len(idle)
+                idle = len(self._workers) - self._busy()
                 wanted = max(self.settings.pool, self._waiters)  # pool 0: on demand
-                room = self.settings.max_sessions - busy
-                if len(idle) < min(wanted, room) and not self._stopping.is_set():
+                room = self.settings.max_sessions - self._busy()
+                if idle < min(wanted, room) and not self._stopping.is_set():
                     self._spawn()
                     continue
                 self._lock.wait(0.5)
@@ -280,7 +290,7 @@ class Daemon:
     def status(self) -> dict[str, Any]:
         with self._lock:
             workers = list(self._workers.values())
-        busy = sum(worker.busy for worker in workers)
+            busy = self._busy()
         return {
             "pid": os.getpid(),
             "socket": str(self.path),
@@ -300,7 +310,11 @@ def _refuse(conn: socket.socket, kind: str, message: str) -> None:
     conn.close()
 
 
-def _answers(path: Path, timeout: float = 1.0) -> bool:
+def daemon_answers(path: Path | None = None, timeout: float = 1.0) -> bool:
+    """Whether a daemon of this user answers at `path` (default ~/.rlm/daemon.sock)."""
+    path = (path or default_socket()).expanduser()
+    if not path.exists():
+        return False
     try:
         daemon_status(path, timeout)
     except DaemonUnavailable:
@@ -310,14 +324,8 @@ def _answers(path: Path, timeout: float = 1.0) -> bool:
 
 def _ask(path: Path, request: dict[str, Any], timeout: float) -> dict[str, Any]:
     """One request to the daemon at `path` and its answer."""
-    try:
-        with connect(path, timeout) as sock:
-            if not same_user(sock):
-                raise DaemonUnavailable(f"the daemon at {path} runs as another user")
-            send_frame(sock, request)
-            answer = read_frame(sock)
-    except (OSError, FrameError) as exc:
-        raise DaemonUnavailable(f"no daemon answers at {path}: {exc}") from None
+    sock, answer = exchange(path, request, timeout)
+    sock.close()
     if answer is None or answer.get("op") == "error":
         detail = answer.get("message") if answer else "it closed the connection"
         raise DaemonUnavailable(f"the daemon at {path} refused: {detail}")
@@ -357,7 +365,7 @@ def start_daemon(settings: DaemonSettings, log: Path | None = None) -> dict[str,
         try:
             status = daemon_status(path)
         except DaemonUnavailable:
-            if not _log_says_started(log, path):
+            if not _log_says_stopped(log, path):
                 time.sleep(0.2)
                 continue
             raise
@@ -367,7 +375,7 @@ def start_daemon(settings: DaemonSettings, log: Path | None = None) -> dict[str,
     raise DaemonUnavailable(f"the daemon did not warm up within {_START_SECONDS:g} s; see {log}")
 
 
-def _log_says_started(log: Path, path: Path) -> bool:
+def _log_says_stopped(log: Path, path: Path) -> bool:
     """Whether the daemon's log says it ended (then waiting on is pointless)."""
     with contextlib.suppress(OSError):
         return f"daemon stopped: {path}" in log.read_text(errors="replace")[-4096:]

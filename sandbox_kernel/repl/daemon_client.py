@@ -28,16 +28,16 @@ from pathlib import Path
 from typing import Any, Final
 
 from sandbox_kernel.core.errors import SandboxExecutionError
+from sandbox_kernel.repl.daemon import daemon_answers
 from sandbox_kernel.repl.daemon_protocol import (
     CALLBACKS,
     DATA_FIELDS,
     DaemonUnavailable,
     FrameError,
-    connect,
     default_socket,
     encode_context,
+    exchange,
     read_frame,
-    same_user,
     send_frame,
 )
 from sandbox_kernel.repl.models import (
@@ -93,16 +93,7 @@ class DaemonClientSandbox(ContextManagedSession):
     @staticmethod
     def available(path: Path | None = None, timeout: float = 1.0) -> bool:
         """Whether a daemon of this user answers at `path` (default ~/.rlm/daemon.sock)."""
-        from sandbox_kernel.repl.daemon import daemon_status
-
-        path = (path or default_socket()).expanduser()
-        if not path.exists():
-            return False
-        try:
-            daemon_status(path, timeout)
-        except DaemonUnavailable:
-            return False
-        return True
+        return daemon_answers(path, timeout)
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -138,23 +129,9 @@ class DaemonClientSandbox(ContextManagedSession):
     def _connection(self) -> socket.socket:
         if self._sock is not None:
             return self._sock
-        try:
-            sock = connect(self.socket_path, _CONNECT_SECONDS)
-        except OSError as exc:
-            raise DaemonUnavailable(f"no daemon answers at {self.socket_path}: {exc}") from None
-        try:
-            if not same_user(sock):
-                raise DaemonUnavailable(f"the daemon at {self.socket_path} runs as another user")
-            names = [name for name in CALLBACKS if self._callback(name) is not None]
-            send_frame(sock, {"op": "open", "config": self._wire_config(), "callbacks": names})
-            sock.settimeout(_OPEN_SECONDS)
-            answer = read_frame(sock)
-        except DaemonUnavailable:
-            sock.close()
-            raise
-        except (OSError, FrameError) as exc:
-            sock.close()
-            raise DaemonUnavailable(f"no daemon answers at {self.socket_path}: {exc}") from None
+        names = [name for name in CALLBACKS if self._callback(name) is not None]
+        request = {"op": "open", "config": self._wire_config(), "callbacks": names}
+        sock, answer = exchange(self.socket_path, request, _CONNECT_SECONDS, _OPEN_SECONDS)
         if answer is None or answer.get("op") != "ready":
             sock.close()
             detail = answer.get("message") if answer else "it closed the connection"

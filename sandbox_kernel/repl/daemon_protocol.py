@@ -55,6 +55,7 @@ __all__ = [
     "decode_context",
     "default_socket",
     "encode_context",
+    "exchange",
     "peer_uid",
     "read_frame",
     "same_user",
@@ -179,6 +180,33 @@ def connect(path: Path, timeout: float) -> socket.socket:
         except BaseException:
             sock.close()
             raise
+
+
+def exchange(
+    path: Path, request: dict[str, Any], timeout: float, answer_timeout: float | None = None
+) -> tuple[socket.socket, dict[str, Any] | None]:
+    """Connect to the daemon at `path` (it must run as this user), send `request` and read
+    the first answer (within `answer_timeout`, default `timeout`); the socket stays open.
+
+    Raises:
+        DaemonUnavailable: nothing answers there, it runs as another user, or it broke off.
+    """
+    try:
+        sock = connect(path, timeout)
+    except OSError as exc:
+        raise DaemonUnavailable(f"no daemon answers at {path}: {exc}") from None
+    try:
+        if not same_user(sock):
+            raise DaemonUnavailable(f"the daemon at {path} runs as another user")
+        send_frame(sock, request)
+        sock.settimeout(answer_timeout if answer_timeout is not None else timeout)
+        return sock, read_frame(sock)
+    except (OSError, FrameError) as exc:
+        sock.close()
+        raise DaemonUnavailable(f"no daemon answers at {path}: {exc}") from None
+    except BaseException:
+        sock.close()
+        raise
 
 
 def peer_uid(sock: socket.socket) -> int:
