@@ -52,7 +52,7 @@ __all__ = ["WorkerSession", "main"]
 
 logger = logging.getLogger("sandbox_kernel")
 
-_CALL_SLACK_SECONDS: Final = 5.0  # past the cell's own time limit, a call stops waiting
+_SLACK_SECONDS: Final = 5.0  # past the cell's own time limit and grace, the client is gone
 _MAX_HANDOFF_BYTES: Final = 1 << 20
 
 
@@ -72,11 +72,13 @@ class WorkerSession:
         self.gone = threading.Event()
         self.config = self._config(request)
         self.sandbox = ReplSandbox(self.config)
-        # A client that stops reading must not hold the worker forever in a send: past the
-        # cell's whole time limit (and its grace, and a slack) it counts as gone.
-        patience = self.config.timeout_ms / 1000 + self.config.interrupt_grace_seconds
-        seconds = max(1, round(patience + _CALL_SLACK_SECONDS))
-        conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, struct.pack("ll", seconds, 0))
+        # How long the worker waits on its client (an answer to a call, room for a send): the
+        # cell's whole time limit, its grace and a slack. A client that stops reading must not
+        # hold the worker in a send forever: past this it counts as gone.
+        config = self.config
+        self.patience = config.timeout_ms / 1000 + config.interrupt_grace_seconds + _SLACK_SECONDS
+        timeval = struct.pack("ll", max(1, round(self.patience)), 0)
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, timeval)
 
     # -- configuration -----------------------------------------------------------------------
 
@@ -126,15 +128,14 @@ class WorkerSession:
             raise _ClientGone from None
 
     def _call(self, name: str, args: list[Any]) -> Any:
-        """A callback of the client's: ask, and wait for its answer (bounded by the cell's
-        time limit; the bridge gives up sooner at the deadline or a cancel)."""
+        """A callback of the client's: ask, and wait for its answer (at most `patience`; the
+        bridge gives up sooner, at the deadline or a cancel)."""
         call = next(self._call_ids)
         future: concurrent.futures.Future[Any] = concurrent.futures.Future()
         self._calls[call] = future
         try:
             self.send({"op": "call", "call": call, "name": name, "args": args})
-            limit = self.config.timeout_ms / 1000 + _CALL_SLACK_SECONDS
-            return future.result(timeout=limit)
+            return future.result(timeout=self.patience)
         except _ClientGone:
             raise ConnectionError("the client left") from None
         finally:

@@ -28,9 +28,9 @@ from sandbox_kernel.host.output import CappedStream
 from sandbox_kernel.host.session import StopTurn
 from sandbox_kernel.repl import native_child as rpc
 
-__all__ = ["DRIVER", "SLICE_SECONDS", "Child", "Ended", "python_child"]
+__all__ = ["CHILD", "DRIVER", "SLICE_SECONDS", "Child", "Ended", "python_child"]
 
-_CHILD = Path(__file__).resolve().with_name("native_child.py")
+CHILD = Path(__file__).resolve().with_name("native_child.py")
 DRIVER = Path(__file__).resolve().parent.parent / "guest" / "driver.py"
 SLICE_SECONDS = 0.02  # how soon a cancel or the deadline is noticed
 _READ_BYTES = 1 << 20
@@ -49,7 +49,7 @@ class Ended:
 
 def python_child(requests_fd: int, replies_fd: int) -> list[str]:
     """The native backend's command: a plain CPython running native_child.py."""
-    return [sys.executable, "-u", "-P", str(_CHILD), str(DRIVER), str(requests_fd), str(replies_fd)]
+    return [sys.executable, "-u", "-P", str(CHILD), str(DRIVER), str(requests_fd), str(replies_fd)]
 
 
 class Child:

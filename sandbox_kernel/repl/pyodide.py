@@ -46,7 +46,7 @@ from sandbox_kernel.core.errors import SandboxExecutionError
 from sandbox_kernel.host.engine import cache_dir
 from sandbox_kernel.repl.models import REPLConfig
 from sandbox_kernel.repl.native import NativeReplSandbox
-from sandbox_kernel.repl.native_process import DRIVER, Child
+from sandbox_kernel.repl.native_process import CHILD, DRIVER, Child
 
 __all__ = [
     "PYODIDE_VERSION",
@@ -65,7 +65,6 @@ _REGISTRY: Final = "https://registry.npmjs.org"
 _MAX_TARBALL_BYTES: Final = 64 * 1024 * 1024
 _NEEDED: Final = ("pyodide.mjs", "pyodide.asm.mjs", "pyodide.asm.wasm", "python_stdlib.zip")
 _JS: Final = Path(__file__).resolve().with_name("pyodide_js")
-_CHILD_PY: Final = Path(__file__).resolve().with_name("native_child.py")
 _FETCH_TIMEOUT_SECONDS: Final = 300
 
 
@@ -196,7 +195,7 @@ class PyodideReplSandbox(NativeReplSandbox):
         permission = (
             "--permission" if self.node_version >= (22, 13) else "--experimental-permission"
         )
-        readable = (self.index_folder, _JS, _CHILD_PY, DRIVER, self.workspace)
+        readable = (self.index_folder, _JS, CHILD, DRIVER, self.workspace)
         return [
             self.node,
             permission,
@@ -206,7 +205,7 @@ class PyodideReplSandbox(NativeReplSandbox):
             "--no-warnings",  # the permission model's "experimental" notices, not the cell's
             str(_JS / "host.mjs"),
             str(self.index_folder),
-            str(_CHILD_PY),
+            str(CHILD),
             str(DRIVER),
             str(self.workspace),
             self.config.policy.guest_mount_path,
