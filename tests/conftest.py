@@ -7,6 +7,8 @@ process singleton), so nothing is compiled twice.
 
 from __future__ import annotations
 
+import os
+import shutil
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,7 +17,7 @@ import pytest
 
 from sandbox_kernel import ExecutionPolicy, JavaScriptSandbox, PythonSandbox, SandboxLogger
 from sandbox_kernel.host.artifacts import javascript_image, python_image
-from sandbox_kernel.host.engine import get_engine
+from sandbox_kernel.host.engine import CACHE_ENV, get_engine
 from tests.llm.servers import ModelServer
 from tests.runner.serving import Serving
 
@@ -33,6 +35,23 @@ def workspace(tmp_path: Path) -> Path:
     folder = tmp_path / "workspace"
     folder.mkdir()
     return folder
+
+
+@pytest.fixture
+def private_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A SANDBOX_KERNEL_CACHE of the test's own, so warm images made in it are new: the compiled
+    guest (hundreds of MB, a minute to compile) is hard-linked in from the shared cache."""
+    compiled = get_engine().cached_path(python_image().binary_sha256)  # the shared cache's
+    assert compiled.is_file(), "the session fixture compiles the guest first"
+    cache = tmp_path / "cache"
+    (cache / "modules").mkdir(parents=True, mode=0o700)
+    target = cache / "modules" / compiled.name
+    try:
+        os.link(compiled, target)
+    except OSError:  # another filesystem: copy
+        shutil.copyfile(compiled, target)
+    monkeypatch.setenv(CACHE_ENV, str(cache))
+    return cache
 
 
 @pytest.fixture

@@ -40,9 +40,12 @@ import contextlib
 import ctypes
 import functools
 import mmap
+import os
 import re
+import sys
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -68,6 +71,7 @@ from sandbox_kernel.host.write_watch import PAGE_SIZE, WriteWatch
 
 __all__ = [
     "GuestSession",
+    "ImageFile",
     "MemoryImage",
     "SessionConfig",
     "StopTurn",
@@ -123,14 +127,73 @@ class TurnOutcome:
         return self.status is None
 
 
+_MAP_FIXED = 0x10  # <sys/mman.h> on Linux; the mmap module does not export it
+
+
+class ImageFile:
+    """The file an image's buffer is a copy-on-write mapping of, held open (so a restore maps
+    the very bytes the loader checked), and which of the buffer's pages may differ from the
+    file since: the ones captures patched.
+
+    What it is for: a restore maps the file over the new instance's memory copy-on-write, as
+    wasmtime maps a module's initial memory, and copies only the patched pages. Every kernel
+    started from the same warm image then shares its pages in the page cache, and a page
+    becomes a kernel's own only when its cells write it."""
+
+    def __init__(self, fd: int, size: int) -> None:
+        self._closer = weakref.finalize(self, os.close, fd)
+        if size % PAGE_SIZE:
+            raise ValueError(f"an image of {size} bytes is not whole pages")
+        self.fd = fd
+        self.size = size
+        self.changed = bytearray(size // PAGE_SIZE)  # nonzero: the buffer's page was patched
+
+    def mark(self, runs: Sequence[tuple[int, int]]) -> None:
+        """Note the runs (offset, length) patched into the buffer."""
+        for offset, length in runs:
+            first, end = offset // PAGE_SIZE, -(-(offset + length) // PAGE_SIZE)
+            self.changed[first:end] = b"\x01" * (end - first)
+
+    def changed_runs(self) -> Iterator[tuple[int, int]]:
+        """The patched pages as runs (offset, length), in order."""
+        for run in re.finditer(b"\x01+", self.changed):
+            yield run.start() * PAGE_SIZE, (run.end() - run.start()) * PAGE_SIZE
+
+    def map_over(self, address: int) -> bool:
+        """Replace the pages at [address, address + size) by a private (copy-on-write) mapping
+        of the file. False where this host cannot (the caller copies instead)."""
+        if sys.platform != "linux" or not hasattr(mmap, "MAP_PRIVATE"):
+            return False
+        prot = mmap.PROT_READ | mmap.PROT_WRITE
+        flags = mmap.MAP_PRIVATE | _MAP_FIXED
+        return _mmap()(address, self.size, prot, flags, self.fd, 0) == address
+
+
+@functools.cache
+def _mmap() -> Callable[[int, int, int, int, int, int], int | None]:
+    function = ctypes.CDLL(None, use_errno=True).mmap
+    function.argtypes = (
+        ctypes.c_void_p,
+        ctypes.c_size_t,
+        ctypes.c_int,
+        ctypes.c_int,
+        ctypes.c_int,
+        ctypes.c_long,
+    )
+    function.restype = ctypes.c_void_p
+    return function
+
+
 @dataclass(frozen=True)
 class MemoryImage:
     """The guest's linear memory at a moment it was idle. `data` is read-only bytes (an image
-    loaded as is) or a writable buffer from `image_buffer` that captures update in place."""
+    loaded as is) or a writable buffer from `image_buffer` that captures update in place;
+    `origin`, when the buffer is a copy-on-write mapping of a file (a warm image), that file."""
 
     data: bytes | mmap.mmap
     flag_address: int | None  # the soft-interrupt flag byte, where the driver put it
     files: tuple[SavedFile, ...] = ()  # the guest's open files then (descriptors.py)
+    origin: ImageFile | None = None
 
 
 def image_buffer(size: int) -> mmap.mmap:
@@ -413,11 +476,14 @@ class GuestSession:
         """Copy the written `runs` into `image`'s buffer."""
         buffer = image.data
         assert isinstance(buffer, mmap.mmap)
+        if image.origin is not None:
+            image.origin.mark(runs)
         with _address_of(buffer) as address:
             for offset, length in runs:
                 ctypes.memmove(address + offset, self._base + offset, length)
         self.last_capture_bytes = sum(length for _, length in runs)
-        return self._rebase(MemoryImage(buffer, self.flag_address, self._open_files()))
+        files = self._open_files()
+        return self._rebase(MemoryImage(buffer, self.flag_address, files, image.origin))
 
     def _open_files(self) -> tuple[SavedFile, ...]:
         return saved_files(self._guard, self._store) if self._store is not None else ()
@@ -461,8 +527,17 @@ class GuestSession:
         if grow > 0:
             memory.grow(store, grow)
         self._base = self._memory_base()  # growth may move a dynamic memory
-        source = image.data
-        if isinstance(source, mmap.mmap):
+        source, origin = image.data, image.origin
+        if (
+            isinstance(source, mmap.mmap)
+            and origin is not None
+            and origin.size == len(source)
+            and origin.map_over(self._base)
+        ):
+            with _address_of(source) as address:  # the file's pages shared, the patched copied
+                for offset, length in origin.changed_runs():
+                    ctypes.memmove(self._base + offset, address + offset, length)
+        elif isinstance(source, mmap.mmap):
             with _address_of(source) as address:
                 _copy_changed(self._base, address, len(source))
         else:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from sandbox_kernel.host.artifacts import PythonImage, sha256_of
 from sandbox_kernel.host.engine import cache_dir, write_atomically
-from sandbox_kernel.host.session import GuestSession, MemoryImage, image_buffer
+from sandbox_kernel.host.session import GuestSession, ImageFile, MemoryImage, image_buffer
 
 if TYPE_CHECKING:
     from sandbox_kernel.host.wasi_config import Preopen
@@ -60,28 +60,30 @@ def load(
         # Checked by digest, computed once per file identity (artifacts.sha256_of).
         if sha256_of(data_path) != meta.get("sha256"):
             return None
-        data = _map_private(data_path)
+        data, origin = _map_private(data_path)
     except (OSError, ValueError):
         return None
     flag = meta.get("flag_address")
-    return MemoryImage(data, flag if isinstance(flag, int) else None)
+    return MemoryImage(data, flag if isinstance(flag, int) else None, origin=origin)
 
 
-def _map_private(path: Path) -> mmap.mmap:
+def _map_private(path: Path) -> tuple[mmap.mmap, ImageFile | None]:
     """The file mapped copy-on-write: a buffer of the session's own, which it patches in place
     with what later turns write (so the first capture after a warm start copies little), whose
     pages stay the page cache's, shared by every kernel that started from this image, until
-    the session writes them. The file is never changed in place (save() replaces it by a
-    rename), so the mapping keeps the bytes whose digest load() checked."""
+    the session writes them; and the file held open, so a restore maps the same file over the
+    guest's memory (GuestSession.restore). The file is never changed in place (save()
+    replaces it by a rename), so both mappings keep the bytes whose digest load() checked."""
     with path.open("rb", buffering=0) as f:
         size = os.fstat(f.fileno()).st_size
         if not hasattr(mmap, "MAP_PRIVATE"):  # no copy-on-write mappings: a copy of its own
             data = image_buffer(size)
             if f.readinto(data) != len(data):
                 raise ValueError(f"{path} changed while it was read")
-            return data
+            return data, None
         prot = mmap.PROT_READ | mmap.PROT_WRITE
-        return mmap.mmap(f.fileno(), size, flags=mmap.MAP_PRIVATE, prot=prot)
+        data = mmap.mmap(f.fileno(), size, flags=mmap.MAP_PRIVATE, prot=prot)
+        return data, ImageFile(os.dup(f.fileno()), size)
 
 
 def save(

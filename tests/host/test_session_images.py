@@ -173,3 +173,69 @@ def test_a_restore_writes_only_the_pages_that_differ(tmp_path: Path) -> None:
     assert bytes(target) == bytes(image)
     assert _anonymous_kib(address) == 5 * page // 1024  # the five changed pages, no more
     del target_view, source_view
+
+
+def _file_image(session: GuestSession, folder: Path) -> MemoryImage:
+    """The session's memory saved to a file and loaded back as a warm image is: the buffer a
+    copy-on-write mapping of the file, the file held open as the image's origin."""
+    from sandbox_kernel.repl import warm
+
+    path = folder / "image.mem"
+    path.write_bytes(session.capture().data[:])
+    data, origin = warm._map_private(path)
+    assert origin is not None, "this host maps files copy-on-write"
+    return MemoryImage(data, session.flag_address, origin=origin)
+
+
+def test_a_file_image_is_mapped_shared_and_patched_pages_copied(
+    session: GuestSession, tmp_path: Path
+) -> None:
+    """A restore maps the file over the new instance's memory: the memory is the image byte
+    for byte, and none of its pages is the session's own until a turn writes it. After turns
+    have patched the image, a restore (the rollback) copies exactly the patched pages."""
+    turn(session, "kept = list(range(10_000))")
+    image = _file_image(session, tmp_path)
+    assert image.origin is not None
+    session.restore(image)
+    assert memory_now(session) == image.data[:]
+    assert _anonymous_kib(session._base) < 64, "the restored pages are the file's, shared"
+
+    for source in TURNS[:5]:  # heap writes, a grown memory, a bytearray freed
+        turn(session, source)
+        image = session.capture(into=image)
+    assert image.origin is None or sum(image.origin.changed) > 0
+    expected = image.data[:]
+    turn(session, "kept.append('lost'); names = None; lost = bytearray(8_000_000)")
+    session.restore(image)  # the rollback
+    assert memory_now(session) == expected
+    turn(session, "assert kept[-1] == 9_999 and 'lost' not in globals(), kept[-1]")
+
+
+def test_a_grown_image_is_copied_whole_and_still_restores(
+    session: GuestSession, tmp_path: Path
+) -> None:
+    """A memory that grew is captured into a new buffer: it has no file behind it any more,
+    and a restore copies what differs from the new instance, as for any other image."""
+    image = _file_image(session, tmp_path)
+    session.restore(image)
+    turn(session, "big = bytearray(60_000_000)")
+    image = session.capture(into=image)
+    assert image.origin is None
+    expected = image.data[:]
+    turn(session, "del big")
+    session.restore(image)
+    assert memory_now(session) == expected
+
+
+def test_without_file_mappings_a_file_image_is_copied(
+    session: GuestSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A host where the file cannot be mapped over the memory gets the same memory by copies."""
+    monkeypatch.setattr(session_module.ImageFile, "map_over", lambda self, address: False)
+    turn(session, "kept = 'x' * 100_000")
+    image = _file_image(session, tmp_path)
+    session.restore(image)
+    turn(session, "kept = None")
+    session.restore(image)
+    assert memory_now(session) == image.data[:]
+    turn(session, "assert kept == 'x' * 100_000")

@@ -7,36 +7,17 @@ compile) is hard-linked into it from the shared cache, so only warm images are n
 
 from __future__ import annotations
 
-import os
-import shutil
 import threading
 from pathlib import Path
 
 import pytest
 
 from sandbox_kernel import ExecutionStatus
-from sandbox_kernel.host.artifacts import python_image
-from sandbox_kernel.host.engine import CACHE_ENV, get_engine
 from tests.repl.conftest import new_repl, plain, repl_config, run_ok
 
 MODULES = ("numpy", "pandas")
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def private_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    compiled = get_engine().cached_path(python_image().binary_sha256)  # the shared cache's
-    assert compiled.is_file(), "the session fixture compiles the guest first"
-    cache = tmp_path / "cache"
-    (cache / "modules").mkdir(parents=True, mode=0o700)
-    target = cache / "modules" / compiled.name
-    try:
-        os.link(compiled, target)
-    except OSError:  # another filesystem: copy
-        shutil.copyfile(compiled, target)
-    monkeypatch.setenv(CACHE_ENV, str(cache))
-    return cache
 
 
 def _images(cache: Path) -> list[Path]:

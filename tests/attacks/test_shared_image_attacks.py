@@ -1,0 +1,118 @@
+"""Attacks on the shared warm image.
+
+Every kernel started from one warm image maps the image's file copy-on-write over its guest
+memory (GuestSession.restore): a page is the page cache's, shared by all of them, until the
+kernel's own cells write it, and the kernel's rollback image is the same file, patched with
+the pages its cells wrote. These cells rewrite everything they can reach (module state, the
+heap, every page of a big object, memory grown past the image), then make the host stop them.
+The other kernels, the file on disk and the next kernel started from it must see none of it,
+and the stopped kernel must come back byte for byte as it was before the cell.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+from pathlib import Path
+
+from sandbox_kernel import ExecutionStatus, REPLConfig, ReplSandbox
+from tests.repl.conftest import new_repl, plain, repl_config, run_ok
+
+MODULES = ("json",)  # a warm image made in a second, in the test's own cache
+POISON = (
+    "import string, sys\n"
+    "string.capwords = None\n"
+    "for module in list(sys.modules.values()):\n"
+    "    vars(module)['poisoned'] = True\n"
+)
+
+
+def warm_config(workspace: Path) -> REPLConfig:
+    return repl_config(
+        workspace,
+        {"timeout_seconds": 2},
+        timeout_ms=2000,
+        interrupt_grace_seconds=0.2,
+        warm_start_modules=MODULES,
+    )
+
+
+def the_image(cache: Path, config: REPLConfig) -> Path:
+    """Make the warm image (a first session does) and return its file."""
+    new_repl(config).destroy()
+    (image,) = sorted((cache / "warm").glob("*.mem"))
+    return image
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def memory_now(repl: ReplSandbox) -> bytes:
+    session = repl._session
+    assert session is not None
+    return (ctypes.c_char * session.memory_bytes()).from_address(session._base).raw
+
+
+def untouched(repl: ReplSandbox) -> str:
+    return plain(
+        repl.execute("import string, sys\nstring.capwords('a b'), hasattr(sys, 'poisoned')")
+    )
+
+
+def test_a_kernel_cannot_change_what_other_kernels_map(
+    private_cache: Path, workspace: Path
+) -> None:
+    config = warm_config(workspace)
+    image = the_image(private_cache, config)
+    before = digest(image)
+    attacker, neighbour = new_repl(config), new_repl(config)
+    try:
+        run_ok(attacker, POISON)
+        assert attacker._image is not None and attacker._image.origin is not None, (
+            "the attacker's rollback image should still be the mapped file, patched"
+        )
+        stopped = attacker.execute("blob = bytearray(b'q' * 30_000_000)\nwhile True: pass")
+        assert stopped.status is ExecutionStatus.TIMEOUT and stopped.rolled_back
+        assert plain(attacker.execute("string.capwords, 'blob' in globals()")) == "(None, False)"
+        assert untouched(neighbour) == "('A B', False)"
+    finally:
+        attacker.destroy()
+        neighbour.destroy()
+    assert digest(image) == before, "a kernel's writes reached the image file"
+    later = new_repl(config)
+    try:
+        assert untouched(later) == "('A B', False)"
+    finally:
+        later.destroy()
+
+
+def test_a_rollback_from_a_warm_start_is_the_image_byte_for_byte(
+    private_cache: Path, workspace: Path
+) -> None:
+    """The rollback maps the file again and copies the pages the cells patched: what it makes
+    must be exactly the image after the last good cell, however the stopped cell wrote."""
+    config = warm_config(workspace)
+    the_image(private_cache, config)
+    repl = new_repl(config)
+    try:
+        run_ok(repl, "kept = {'n': 1}")
+        for rewrite in (
+            POISON,
+            "kept.update({i: str(i) for i in range(20_000)})",
+            "import gc; gc.collect()",
+        ):
+            run_ok(repl, "kept['n'] += 1")
+            repl._join_capture()
+            saved = repl._image
+            assert saved is not None and saved.origin is not None
+            expected = saved.data[:]
+            stopped = repl.execute(f"{rewrite}\nkept['n'] = -1\nwhile True: pass")
+            assert stopped.status is ExecutionStatus.TIMEOUT and stopped.rolled_back
+            assert memory_now(repl) == expected, f"the rollback after {rewrite!r} differs"
+        assert (
+            plain(repl.execute("import string\nkept['n'], hasattr(string, 'poisoned')"))
+            == "(4, False)"
+        )
+    finally:
+        repl.destroy()
