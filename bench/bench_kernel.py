@@ -1,10 +1,13 @@
 """The kernel as clients feel it: sandbox-python against ipykernel's python3, same run.
 
-    start        launch to kernel_info_reply (warm compile cache and warm image)   goal <= 1.5x
+    start        launch to kernel_info_reply (warm compile cache and warm image)   goal <= 1.2x
     first cell   launch to the reply of a first `x = 1` sent at once (the sandbox kernel
-                 starts its guest session on a thread while it starts)
+                 starts its guest session on a thread while it starts)            goal <= 1.2x
     round trip   execute_request to execute_reply of a trivial cell, median        goal <= 1.2x
-    interrupt    interrupt_request during `while True: pass` to the reply         goal <= 2x
+    interrupt    interrupt_request during `while True: pass` to the reply         goal <= 0.5x
+
+The goals are issue 15's. "start" includes jupyter_client's own wait for a quiet iopub (0.2 s)
+in both columns, as every client that calls wait_for_ready pays it.
 
 Both kernels are started by jupyter_client with the same connection settings, from a
 temporary folder (the sandbox kernel's workspace lives there).
@@ -99,10 +102,10 @@ def main() -> int:
     results = measure(rounds)
     base, ours = results["python3"], results["sandbox-python"]
     goals: dict[str, float | None] = {
-        "start": 1.5,
-        "first_cell": None,
+        "start": 1.2,
+        "first_cell": 1.2,
         "round_trip": 1.2,
-        "interrupt": 2.0,
+        "interrupt": 0.5,
     }
     print(f"{'median':<12}{'ipykernel':>12}{'sandbox':>12}{'ratio':>9}{'goal':>8}")
     for key, goal in goals.items():

@@ -29,6 +29,7 @@ from pydantic import (
     field_validator,
 )
 
+from sandbox_kernel.core.descriptions import described
 from sandbox_kernel.core.errors import FieldError, PolicyValidationError
 
 __all__ = ["DEFAULT_ENV", "IMAGE_MOUNT_PATH", "ExecutionPolicy", "load_policy"]
@@ -150,6 +151,7 @@ def _policy_errors() -> Iterator[None]:
         raise PolicyValidationError.from_pydantic(exc) from None
 
 
+@described
 class ExecutionPolicy(BaseModel):
     """What one sandbox may use (fuel, memory, time, output, files) and see (mounts, env).
 
@@ -157,7 +159,7 @@ class ExecutionPolicy(BaseModel):
     `PolicyValidationError`, from the constructor and from every `model_validate*`.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     fuel_budget: _PositiveInt = 2_000_000_000
     """Wasm instructions (fuel units) one execution may run before it is stopped."""

@@ -14,6 +14,8 @@ from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
+from sandbox_kernel.core.descriptions import described
+
 __all__ = ["LimitKind", "RuntimeType", "SandboxResult", "WheelRecord"]
 
 
@@ -70,6 +72,7 @@ def _workspace_paths(paths: list[str]) -> list[str]:
 _WorkspacePaths = Annotated[list[str], AfterValidator(_workspace_paths)]
 
 
+@described
 class SandboxResult(BaseModel):
     """The outcome of one execution: output, resource use, files touched, what stopped it.
 
@@ -77,7 +80,7 @@ class SandboxResult(BaseModel):
     then says why in one line when the guest's own stderr does not (a limit, a trap).
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     success: bool
     """True when the code ran to the end without an error."""

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sandbox_kernel.core.errors import GuestImageCorrupt, GuestImageNotFound
-from sandbox_kernel.host.engine import cache_dir
+from sandbox_kernel.host.cache import cache_dir
 from sandbox_kernel.host.guest_fetch import (
     GUEST_MEMBERS,
     artifacts_folder,

@@ -17,9 +17,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib.metadata
-import mmap
 import os
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -29,7 +27,10 @@ from pathlib import Path
 
 import wasmtime
 
+from sandbox_kernel.host.cache import CACHE_ENV, cache_dir, write_atomically
+
 __all__ = [
+    "CACHE_ENV",
     "TICK_SECONDS",
     "EngineHandle",
     "cache_dir",
@@ -40,7 +41,6 @@ __all__ = [
 ]
 
 TICK_SECONDS = 0.01
-CACHE_ENV = "SANDBOX_KERNEL_CACHE"
 # Compile throughput measured on the 2-core reference machine (the 104 MB snapshot in ~56 s),
 # used only to draw an honest progress bar while a cold compile runs.
 _COMPILE_BYTES_PER_SECOND = 1.9e6
@@ -50,22 +50,6 @@ _COMPILE_BYTES_PER_SECOND = 1.9e6
 def wasmtime_version() -> str:
     """The installed wasmtime-py version, which is also the bundled Wasmtime's version."""
     return importlib.metadata.version("wasmtime")
-
-
-def cache_dir() -> Path:
-    """The private folder for compiled modules and unpacked image files.
-
-    `SANDBOX_KERNEL_CACHE` wins; then `$XDG_CACHE_HOME/sandbox-kernel`; then
-    `~/.cache/sandbox-kernel`.
-    """
-    explicit = os.environ.get(CACHE_ENV)
-    if explicit:
-        root = Path(explicit)
-    else:
-        xdg = os.environ.get("XDG_CACHE_HOME")
-        root = (Path(xdg) if xdg else Path.home() / ".cache") / "sandbox-kernel"
-    root.mkdir(parents=True, exist_ok=True, mode=0o700)
-    return root
 
 
 @dataclass(frozen=True)
@@ -165,20 +149,6 @@ class EngineHandle:
 def _owned_by_us(path: Path) -> bool:
     st = path.lstat()
     return not path.is_symlink() and st.st_uid == os.getuid()
-
-
-def write_atomically(target: Path, data: bytes | bytearray | mmap.mmap) -> None:
-    """Write a cache file whole or not at all (a temporary file renamed over the name), in
-    a private folder made if needed."""
-    target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-")
-    try:
-        with os.fdopen(fd, "wb") as out:
-            out.write(data)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _compile_with_progress(

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Final
 
 from sandbox_kernel.core.errors import GuestImageCorrupt, GuestImageNotFound
-from sandbox_kernel.host.engine import cache_dir
+from sandbox_kernel.host.cache import cache_dir
 
 __all__ = [
     "GUEST_MEMBERS",

@@ -27,7 +27,7 @@ import zipfile
 from pathlib import Path
 
 from sandbox_kernel.core.errors import SandboxExecutionError
-from sandbox_kernel.host.engine import cache_dir
+from sandbox_kernel.host.cache import cache_dir
 
 __all__ = [
     "DATA_FOLDER",

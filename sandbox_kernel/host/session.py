@@ -65,6 +65,7 @@ from sandbox_kernel.host.guest_run import (
     trap_text,
 )
 from sandbox_kernel.host.output import CappedStream
+from sandbox_kernel.host.stops import StopTurn
 from sandbox_kernel.host.wasi_config import Preopen, make_wasi_config
 from sandbox_kernel.host.wasi_guards import GuardLimits, RunGuard, guarding
 from sandbox_kernel.host.write_watch import PAGE_SIZE, WriteWatch
@@ -81,15 +82,6 @@ __all__ = [
 ]
 
 REPROTECT_BYTES = 4 << 20  # writable pages copied at every capture, at most
-
-
-class StopTurn(Exception):
-    """Raised by a door handler to end the running turn now; `reason` is "timeout" or
-    "cancelled". The session turns it into a trap and reports the reason."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,12 @@ control thread is still publishing its 'idle' status for the shutdown request, t
 never completes and the process does not exit (seen with this kernel in about 1 shutdown in
 3). Stopping and joining the control thread first lets it finish publishing while iopub lives.
 
-Must not import: wasmtime.
+The kernel class is imported in `init_kernel`, after ipykernel has bound the sockets, not
+when this module is: it brings the session, wasmtime and the policy models (about 120 ms of
+imports). A client that started the kernel retries its connections every 100 ms until they are
+bound, so every ms before the bind is paid again in the client's wait.
+
+Must not import: wasmtime, the kernel module (sandbox_kernel.kernel.kernel) at import time.
 """
 
 from __future__ import annotations
@@ -24,9 +29,8 @@ from typing import Any
 import zmq
 from ipykernel.iostream import IOPubThread
 from ipykernel.kernelapp import IPKernelApp
+from ipykernel.kernelbase import Kernel
 from traitlets import Type
-
-from sandbox_kernel.kernel.kernel import SandboxKernel
 
 __all__ = ["ListenedIOPub", "SandboxKernelApp"]
 
@@ -55,7 +59,15 @@ class ListenedIOPub(IOPubThread):
 
 class SandboxKernelApp(IPKernelApp):
     name = "sandbox-kernel"
-    kernel_class = Type(SandboxKernel, config=True)
+    # The sandbox kernel unless configured otherwise; resolved in init_kernel (see above).
+    kernel_class = Type(Kernel, config=True)
+
+    def init_kernel(self) -> None:
+        if self.kernel_class is Kernel:
+            from sandbox_kernel.kernel.kernel import SandboxKernel
+
+            self.kernel_class = SandboxKernel
+        super().init_kernel()
 
     def init_iopub(self, context: zmq.Context[Any]) -> None:
         """ipykernel's, with `ListenedIOPub` as the iopub thread."""

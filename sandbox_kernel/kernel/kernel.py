@@ -14,8 +14,9 @@ import contextlib
 import os
 import signal
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from ipykernel._version import kernel_protocol_version
 from ipykernel.kernelbase import Kernel
 
 from sandbox_kernel import __version__
@@ -31,7 +32,9 @@ from sandbox_kernel.kernel.streams import StreamPublisher
 from sandbox_kernel.llm import LLMConfigError, LLMService
 from sandbox_kernel.repl.bridges import stop_check
 from sandbox_kernel.repl.models import CodeExecution, DisplayMessage
-from sandbox_kernel.repl.sandbox import ReplSandbox
+
+if TYPE_CHECKING:
+    from sandbox_kernel.repl.sandbox import ReplSandbox
 
 __all__ = ["SandboxKernel"]
 
@@ -117,18 +120,34 @@ class SandboxKernel(Kernel):
             config = self.llm.configure(config)
         elif self.llm_error is not None:
             config.on_llm_query = config.on_rlm_query = self._llm_unusable
-        self.repl = ReplSandbox(config)
+        self._repl_config = config
         self._silent = False
         self._streams: StreamPublisher | None = None  # the running cell's
         self._stdin: StdinReader | None = None
         self._history: list[tuple[int, int, str]] = []
         # What the first cell says while the session starts: a cold compile cache takes about
         # a minute once per machine, which should never look like a hang.
-        self._preparing = _preparing_notice()
+        self._preparing: str | None = None
+        self._noticed = threading.Event()  # set once `_preparing` is known
         self._start_interrupt_reader()
-        self._ready = threading.Thread(target=self.repl.initialize, name="sandbox-kernel-start")
+        self._ready = threading.Thread(target=self._start_session, name="sandbox-kernel-start")
         self._ready.daemon = True
         self._ready.start()
+
+    repl: ReplSandbox  # made on the start thread (_start_session)
+
+    def _start_session(self) -> None:
+        """On the start thread: whether a cold cache must be announced, then the session and its
+        guest. The session is made here, not in __init__, so that wasmtime and the session's
+        modules (about 50 ms of imports) load after the kernel has answered kernel_info."""
+        try:
+            self._preparing = _preparing_notice()
+        finally:
+            self._noticed.set()
+        from sandbox_kernel.repl.sandbox import ReplSandbox
+
+        self.repl = ReplSandbox(self._repl_config)
+        self.repl.initialize()
 
     def _llm_service(self) -> LLMService | None:
         """The model behind llm_query and rlm_query; each rlm_query step goes to the run log."""
@@ -223,7 +242,9 @@ class SandboxKernel(Kernel):
             if not data:  # the write end was closed: shutdown
                 os.close(self._interrupt_read)
                 return
-            self.repl.cancel()  # one cancel for a burst: the second stage is already timed
+            repl = getattr(self, "repl", None)  # none yet while the kernel starts
+            if repl is not None:
+                repl.cancel()  # one cancel for a burst: the second stage is already timed
 
     def pre_handler_hook(self) -> None:
         self.saved_sigint_handler = signal.signal(signal.SIGINT, self._on_sigint)
@@ -241,9 +262,13 @@ class SandboxKernel(Kernel):
         """Wait (off the event loop) for the session to have started; `announce` says so on
         stderr when that means compiling the guest (a cold cache)."""
         if self._ready.is_alive():
-            if announce and self._preparing:
-                self._stream("stderr", self._preparing)
+            if announce:
+                await asyncio.to_thread(self._noticed.wait)
+                if self._preparing:
+                    self._stream("stderr", self._preparing)
             await asyncio.to_thread(self._ready.join)
+        if getattr(self, "repl", None) is None:
+            raise RuntimeError("the sandbox session could not be made (the kernel's log says why)")
 
     # -- requests ---------------------------------------------------------------------------
 
@@ -350,11 +375,19 @@ class SandboxKernel(Kernel):
 
     @property
     def kernel_info(self) -> dict[str, Any]:
-        """ipykernel's, without the debugger: guest code cannot be debugged from the host."""
-        info = dict(super().kernel_info)
-        features = info.get("supported_features", [])
-        info["supported_features"] = [f for f in features if f != "debugger"]
-        return info
+        """ipykernel's fields, without the debugger: guest code cannot be debugged from the
+        host. Built here rather than filtered from ipykernel's, which imports debugpy to ask
+        whether a debugger is available (50 ms, on the path to the first kernel_info_reply)."""
+        subshells = getattr(self, "_supports_kernel_subshells", False)
+        return {
+            "protocol_version": kernel_protocol_version,
+            "implementation": self.implementation,
+            "implementation_version": self.implementation_version,
+            "language_info": self.language_info,
+            "banner": self.banner,
+            "help_links": self.help_links,
+            "supported_features": ["kernel subshells"] if subshells else [],
+        }
 
     def _publish(
         self,
@@ -443,9 +476,13 @@ class SandboxKernel(Kernel):
     async def do_shutdown(self, restart: bool) -> dict[str, Any]:
         # Synchronous on purpose: awaiting a thread here let ipykernel close its iopub thread
         # first, and the control thread then hung publishing 'idle' (the process never left).
-        self.repl.cancel()
+        repl = getattr(self, "repl", None)  # none when shut down while it starts
+        if repl is not None:
+            repl.cancel()
         self._ready.join()
-        self.repl.destroy()
+        repl = getattr(self, "repl", None)
+        if repl is not None:
+            repl.destroy()
         with contextlib.suppress(OSError):
             os.close(self._interrupt_write)
         if self.llm is not None:

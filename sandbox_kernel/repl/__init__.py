@@ -1,18 +1,27 @@
-"""The persistent REPL session: ReplSandbox (sandboxed, wasm) and create_repl()."""
+"""The persistent REPL session: ReplSandbox (sandboxed, wasm) and create_repl().
+
+ReplSandbox is imported on first use (it brings wasmtime): the models alone are light, and the
+kernel answers its first request before it loads wasmtime.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeAlias
 
+from sandbox_kernel._lazy import lazy_getattr
 from sandbox_kernel.repl.models import CodeExecution, DisplayMessage, ExecutionStatus, REPLConfig
-from sandbox_kernel.repl.sandbox import ReplSandbox
+
+__getattr__ = lazy_getattr(__name__, {"ReplSandbox": "sandbox_kernel.repl.sandbox"})
 
 if TYPE_CHECKING:
     from sandbox_kernel.repl.daemon_client import DaemonClientSandbox
     from sandbox_kernel.repl.native import NativeReplSandbox
     from sandbox_kernel.repl.pyodide import PyodideReplSandbox
+    from sandbox_kernel.repl.sandbox import ReplSandbox
 
-    ReplSession = ReplSandbox | DaemonClientSandbox | NativeReplSandbox | PyodideReplSandbox
+    ReplSession: TypeAlias = (
+        ReplSandbox | DaemonClientSandbox | NativeReplSandbox | PyodideReplSandbox
+    )
 
 __all__ = [
     "CodeExecution",
@@ -52,4 +61,6 @@ def create_repl(config: REPLConfig | None = None) -> ReplSession:
         from sandbox_kernel.repl.pyodide import PyodideReplSandbox
 
         return PyodideReplSandbox(config)
+    from sandbox_kernel.repl.sandbox import ReplSandbox
+
     return ReplSandbox(config)

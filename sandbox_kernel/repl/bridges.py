@@ -22,8 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from sandbox_kernel.host.guest_library import GUEST_PYTHON
-from sandbox_kernel.host.packages import InstalledDist, PackageError, WheelFetcher, parse_pip_args
-from sandbox_kernel.host.session import StopTurn
+from sandbox_kernel.host.stops import StopTurn
 from sandbox_kernel.repl import protocol
 from sandbox_kernel.repl.models import DisplayMessage, REPLConfig
 from sandbox_kernel.repl.protocol import CellReply, error_answer, ok_answer
@@ -368,6 +367,14 @@ class Bridge:
     def _op_pip(self, request: dict[str, Any]) -> bytes:
         """Choose and download the wheels of `pip install <args>`; the guest then fetches each
         with `wheel` and unpacks it. Answers {"log": [...], "wheels": [...]} or with "error"."""
+        # Imported here: packaging and the resolver are needed only by %pip.
+        from sandbox_kernel.host.packages import (
+            InstalledDist,
+            PackageError,
+            WheelFetcher,
+            parse_pip_args,
+        )
+
         if not self.config.packages:
             return error_answer(
                 "PermissionError",

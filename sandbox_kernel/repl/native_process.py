@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from sandbox_kernel.host.output import CappedStream
-from sandbox_kernel.host.session import StopTurn
+from sandbox_kernel.host.stops import StopTurn
 from sandbox_kernel.repl import native_child as rpc
 
 __all__ = ["CHILD", "DRIVER", "SLICE_SECONDS", "Child", "Ended", "python_child"]

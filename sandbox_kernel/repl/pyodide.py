@@ -43,7 +43,7 @@ from pathlib import Path, PurePosixPath
 from typing import Final
 
 from sandbox_kernel.core.errors import SandboxExecutionError
-from sandbox_kernel.host.engine import cache_dir
+from sandbox_kernel.host.cache import cache_dir
 from sandbox_kernel.repl.models import REPLConfig
 from sandbox_kernel.repl.native import NativeReplSandbox
 from sandbox_kernel.repl.native_process import CHILD, DRIVER, Child

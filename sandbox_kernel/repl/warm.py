@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sandbox_kernel.host.artifacts import PythonImage, sha256_of
-from sandbox_kernel.host.engine import cache_dir, write_atomically
+from sandbox_kernel.host.cache import cache_dir, write_atomically
 from sandbox_kernel.host.session import GuestSession, ImageFile, MemoryImage, image_buffer
 
 if TYPE_CHECKING:

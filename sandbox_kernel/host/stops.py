@@ -1,0 +1,20 @@
+"""StopTurn: how a door handler ends the running turn (GuestSession turns it into a trap).
+
+Apart from session.py so that the bridges, and the kernel that imports them, do not import
+wasmtime: the kernel answers its first request before it loads wasmtime.
+
+Must not import: wasmtime, sandbox_kernel.repl, anything Jupyter.
+"""
+
+from __future__ import annotations
+
+__all__ = ["StopTurn"]
+
+
+class StopTurn(Exception):
+    """Raised by a door handler to end the running turn now; `reason` is "timeout" or
+    "cancelled". The session turns it into a trap and reports the reason."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
