@@ -53,8 +53,9 @@ class Soaker(threading.Thread):
         root.mkdir()
         env = {**os.environ, "SANDBOX_KERNEL_WORKSPACE": str(root / "workspace")}
         env["SANDBOX_KERNEL_RUN_LOG"] = str(root / "runs.jsonl")
+        self._start = {"cwd": str(root), "env": env}
         self.manager = KernelManager(kernel_name="sandbox-python")
-        self.manager.start_kernel(cwd=str(root), env=env)
+        self.manager.start_kernel(**self._start)
         self.client: Any = self.manager.client()
         self.until = until
         self.outcomes: Counter[str] = Counter()
@@ -67,9 +68,12 @@ class Soaker(threading.Thread):
         self.client.start_channels()
         try:
             self.client.wait_for_ready(timeout=600)
-        except RuntimeError:  # jupyter_client's port race when many start at once: once more
+        except RuntimeError:  # jupyter_client's port race when many start at once: once more,
+            # on new ports (a restart would reuse the connection file's, the one taken included)
             self.client.stop_channels()
-            self.manager.restart_kernel(now=True)
+            self.manager.shutdown_kernel(now=True)
+            self.manager = KernelManager(kernel_name="sandbox-python")
+            self.manager.start_kernel(**self._start)
             self.client = self.manager.client()
             self.client.start_channels()
             self.client.wait_for_ready(timeout=600)

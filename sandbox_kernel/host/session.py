@@ -455,6 +455,23 @@ class GuestSession:
                 return image
             except (OSError, ValueError):
                 self._unwatch()  # cannot tell what changed: copy it all, unwatched from now on
+        origin = into.origin if into is not None else None
+        if (
+            into is not None
+            and origin is not None
+            and into is self._baseline
+            and isinstance(into.data, mmap.mmap)
+            and len(into.data) < size
+            and watch is not None
+            and watch.start == self._base
+        ):
+            try:
+                runs = watch.written(self._base + size, protect=False)
+                grown = self._grown(origin, runs, size)
+                if grown is not None:
+                    return grown
+            except (OSError, ValueError):
+                self._unwatch()
         buffer = into.data if into is not None else None
         if not isinstance(buffer, mmap.mmap) or len(buffer) != size:
             buffer = image_buffer(size)
@@ -463,6 +480,28 @@ class GuestSession:
             ctypes.memmove(address, self._base, size)
         self.last_capture_bytes = size
         return self._rebase(MemoryImage(buffer, self.flag_address, self._open_files()))
+
+    def _grown(
+        self, origin: ImageFile, runs: list[tuple[int, int]], size: int
+    ) -> MemoryImage | None:
+        """The image of a memory that grew past its image's buffer: a new buffer with the file
+        mapped over its start again (shared), then copied into it the pages that may differ
+        from the file (those the image had patched and those written since) and all the memory
+        past the file. None when the file cannot be mapped (the caller copies everything)."""
+        buffer = image_buffer(size)
+        with _address_of(buffer) as address:
+            if not origin.map_over(address):
+                return None
+            origin.mark([(o, min(n, origin.size - o)) for o, n in runs if o < origin.size])
+            self._rewatch(size)  # before the copies: every write from here on is seen
+            copied = size - origin.size
+            for offset, length in origin.changed_runs():
+                ctypes.memmove(address + offset, self._base + offset, length)
+                copied += length
+            ctypes.memmove(address + origin.size, self._base + origin.size, size - origin.size)
+        self.last_capture_bytes = copied
+        files = self._open_files()
+        return self._rebase(MemoryImage(buffer, self.flag_address, files, origin))
 
     def _patch(self, image: MemoryImage, runs: list[tuple[int, int]]) -> MemoryImage:
         """Copy the written `runs` into `image`'s buffer."""
@@ -523,12 +562,14 @@ class GuestSession:
         if (
             isinstance(source, mmap.mmap)
             and origin is not None
-            and origin.size == len(source)
+            and origin.size <= len(source)
             and origin.map_over(self._base)
         ):
             with _address_of(source) as address:  # the file's pages shared, the patched copied
                 for offset, length in origin.changed_runs():
                     ctypes.memmove(self._base + offset, address + offset, length)
+                tail = len(source) - origin.size  # a memory grown past the file
+                _copy_changed(self._base + origin.size, address + origin.size, tail)
         elif isinstance(source, mmap.mmap):
             with _address_of(source) as address:
                 _copy_changed(self._base, address, len(source))

@@ -97,6 +97,7 @@ def test_a_rollback_from_a_warm_start_is_the_image_byte_for_byte(
     repl = new_repl(config)
     try:
         run_ok(repl, "kept = {'n': 1}")
+        run_ok(repl, "grown = bytearray(b'g' * 40_000_000)")  # the memory grows past the file
         for rewrite in (
             POISON,
             "kept.update({i: str(i) for i in range(20_000)})",
@@ -114,5 +115,6 @@ def test_a_rollback_from_a_warm_start_is_the_image_byte_for_byte(
             plain(repl.execute("import string\nkept['n'], hasattr(string, 'poisoned')"))
             == "(4, False)"
         )
+        assert plain(repl.execute("bytes(set(grown)), len(grown)")) == "(b'g', 40000000)"
     finally:
         repl.destroy()

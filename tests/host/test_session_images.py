@@ -211,20 +211,32 @@ def test_a_file_image_is_mapped_shared_and_patched_pages_copied(
     turn(session, "assert kept[-1] == 9_999 and 'lost' not in globals(), kept[-1]")
 
 
-def test_a_grown_image_is_copied_whole_and_still_restores(
+def test_a_grown_memory_keeps_the_file_under_its_image(
     session: GuestSession, tmp_path: Path
 ) -> None:
-    """A memory that grew is captured into a new buffer: it has no file behind it any more,
-    and a restore copies what differs from the new instance, as for any other image."""
+    """A memory that grew past its image is captured into a new buffer with the file mapped
+    over its start again: the file's pages stay shared in the image and, after a rollback, in
+    the memory; only the patched pages and the grown part are copied."""
     image = _file_image(session, tmp_path)
     session.restore(image)
-    turn(session, "big = bytearray(60_000_000)")
+    turn(session, "kept = 'k' * 10_000")
     image = session.capture(into=image)
-    assert image.origin is None
-    expected = image.data[:]
-    turn(session, "del big")
-    session.restore(image)
+    turn(session, "big = bytearray(b'g' * 60_000_000)")
+    grown = session.capture(into=image)
+    assert grown.origin is not None and len(grown.data) > grown.origin.size
+    assert grown.data[:] == memory_now(session)
+    patched_kib = sum(grown.origin.changed) * 4  # what differs from the file: copied
+    assert patched_kib * 1024 < grown.origin.size // 2
+    with session_module._address_of(grown.data) as address:
+        assert _anonymous_kib(address) <= patched_kib, "the file's other pages are shared"
+    expected = grown.data[:]
+    turn(session, "del big; kept = None")
+    session.restore(grown)  # the rollback
     assert memory_now(session) == expected
+    assert _anonymous_kib(session._base) <= patched_kib, "the file's other pages are shared"
+    turn(session, "assert kept == 'k' * 10_000 and len(big) == 60_000_000")
+    again = session.capture(into=grown)  # patched in place from then on
+    assert again.data[:] == memory_now(session)
 
 
 def test_without_file_mappings_a_file_image_is_copied(
