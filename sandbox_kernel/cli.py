@@ -120,7 +120,8 @@ def _run(args: argparse.Namespace) -> int:
 
 def _info(args: argparse.Namespace) -> int:
     from sandbox_kernel.host.artifacts import javascript_image, python_image
-    from sandbox_kernel.host.engine import cache_dir, wasmtime_version
+    from sandbox_kernel.host.cache import cache_dir
+    from sandbox_kernel.host.engine import wasmtime_version
 
     py, js = python_image(), javascript_image()
     info = {

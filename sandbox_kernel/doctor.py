@@ -87,7 +87,8 @@ def _compiled() -> Check:
     """The Python guest compiled for this machine (the kernel's need); the JavaScript one is
     only reported: it compiles in a second, on JavaScriptSandbox's first run."""
     from sandbox_kernel.host.artifacts import PYTHON_PINS, QJS_PINS
-    from sandbox_kernel.host.engine import cache_dir, get_engine
+    from sandbox_kernel.host.cache import cache_dir
+    from sandbox_kernel.host.engine import get_engine
 
     handle = get_engine()
     python = handle.cached_path(PYTHON_PINS["python-snapshot.wasm"]).is_file()

@@ -17,7 +17,8 @@ import pytest
 
 from sandbox_kernel import ExecutionPolicy, JavaScriptSandbox, PythonSandbox, SandboxLogger
 from sandbox_kernel.host.artifacts import javascript_image, python_image
-from sandbox_kernel.host.engine import CACHE_ENV, get_engine
+from sandbox_kernel.host.cache import CACHE_ENV
+from sandbox_kernel.host.engine import get_engine
 from tests.llm.servers import ModelServer
 from tests.runner.serving import Serving
 

@@ -27,17 +27,14 @@ from pathlib import Path
 
 import wasmtime
 
-from sandbox_kernel.host.cache import CACHE_ENV, cache_dir, write_atomically
+from sandbox_kernel.host.cache import cache_dir, write_atomically
 
 __all__ = [
-    "CACHE_ENV",
     "TICK_SECONDS",
     "EngineHandle",
-    "cache_dir",
     "get_engine",
     "private_engine",
     "wasmtime_version",
-    "write_atomically",
 ]
 
 TICK_SECONDS = 0.01

@@ -141,10 +141,13 @@ class ImageFile:
         self.changed = bytearray(size // PAGE_SIZE)  # nonzero: the buffer's page was patched
 
     def mark(self, runs: Sequence[tuple[int, int]]) -> None:
-        """Note the runs (offset, length) patched into the buffer."""
+        """Note the runs (offset, length) patched into the buffer; what lies past the file (a
+        grown memory) is not the file's, and always copied."""
+        pages = len(self.changed)
         for offset, length in runs:
-            first, end = offset // PAGE_SIZE, -(-(offset + length) // PAGE_SIZE)
-            self.changed[first:end] = b"\x01" * (end - first)
+            first, end = offset // PAGE_SIZE, min(pages, -(-(offset + length) // PAGE_SIZE))
+            if first < end:
+                self.changed[first:end] = b"\x01" * (end - first)
 
     def changed_runs(self) -> Iterator[tuple[int, int]]:
         """The patched pages as runs (offset, length), in order."""
@@ -204,23 +207,27 @@ def _memcmp() -> Callable[[int, int, int], int]:
     return function
 
 
-def _copy_changed(target: int, source: int, length: int) -> None:
+def _copy_changed(target: int, source: int, length: int) -> int:
     """Make `length` bytes at `target` equal to those at `source`, writing only the pages that
-    differ (runs of them, one copy each). A fresh instance's memory maps the compiled module's
-    initial image copy-on-write and grows with untouched zero pages: a page the image holds
-    unchanged (a third of a kernel's warm image) stays shared with every other kernel,
-    instead of becoming a private copy of the same bytes."""
+    differ (runs of them, one copy each); returns the bytes written. A fresh instance's memory
+    maps the compiled module's initial image copy-on-write and grows with untouched zero
+    pages: a page the image holds unchanged (a third of a kernel's warm image) stays shared
+    with every other kernel, instead of becoming a private copy of the same bytes."""
     memcmp = _memcmp()
     run = -1  # where the current run of differing pages starts
+    written = 0
     for page in range(0, length, PAGE_SIZE):
         differs = memcmp(target + page, source + page, min(PAGE_SIZE, length - page)) != 0
         if differs and run < 0:
             run = page
         elif not differs and run >= 0:
             ctypes.memmove(target + run, source + run, page - run)
+            written += page - run
             run = -1
     if run >= 0:
         ctypes.memmove(target + run, source + run, length - run)
+        written += length - run
+    return written
 
 
 @contextlib.contextmanager
@@ -443,35 +450,22 @@ class GuestSession:
             into is not None
             and into is self._baseline
             and isinstance(into.data, mmap.mmap)
-            and len(into.data) == size  # a grown memory is copied whole, into a new buffer
             and watch is not None
             and watch.start == self._base
         ):
             try:
                 runs = watch.written(self._base + size, protect=False)
-                image = self._patch(into, runs)
-                if self.last_capture_bytes > REPROTECT_BYTES:
-                    watch.written(self._base + size)  # nothing was written since the line above
-                return image
+                if len(into.data) == size:
+                    image = self._patch(into, runs)
+                    if self.last_capture_bytes > REPROTECT_BYTES:
+                        watch.written(self._base + size)  # nothing written since the line above
+                    return image
+                if into.origin is not None:  # grown past its file: the file mapped again
+                    grown = self._grown(into.origin, runs, size)
+                    if grown is not None:
+                        return grown
             except (OSError, ValueError):
                 self._unwatch()  # cannot tell what changed: copy it all, unwatched from now on
-        origin = into.origin if into is not None else None
-        if (
-            into is not None
-            and origin is not None
-            and into is self._baseline
-            and isinstance(into.data, mmap.mmap)
-            and len(into.data) < size
-            and watch is not None
-            and watch.start == self._base
-        ):
-            try:
-                runs = watch.written(self._base + size, protect=False)
-                grown = self._grown(origin, runs, size)
-                if grown is not None:
-                    return grown
-            except (OSError, ValueError):
-                self._unwatch()
         buffer = into.data if into is not None else None
         if not isinstance(buffer, mmap.mmap) or len(buffer) != size:
             buffer = image_buffer(size)
@@ -492,13 +486,14 @@ class GuestSession:
         with _address_of(buffer) as address:
             if not origin.map_over(address):
                 return None
-            origin.mark([(o, min(n, origin.size - o)) for o, n in runs if o < origin.size])
+            origin.mark(runs)
             self._rewatch(size)  # before the copies: every write from here on is seen
-            copied = size - origin.size
+            copied = 0
             for offset, length in origin.changed_runs():
                 ctypes.memmove(address + offset, self._base + offset, length)
                 copied += length
-            ctypes.memmove(address + origin.size, self._base + origin.size, size - origin.size)
+            tail = size - origin.size  # the buffer starts zeroed: its zero pages stay unmade
+            copied += _copy_changed(address + origin.size, self._base + origin.size, tail)
         self.last_capture_bytes = copied
         files = self._open_files()
         return self._rebase(MemoryImage(buffer, self.flag_address, files, origin))
