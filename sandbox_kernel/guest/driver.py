@@ -443,7 +443,7 @@ class Driver:
             exc.text = linecache.getline(exc.filename, exc.lineno) or None
         try:
             report = traceback.TracebackException.from_exception(exc)
-            _prune(report, _OWN_FILE)
+            _prune(report)
             lines = "".join(report.format()).splitlines()
         except Exception as failure:  # an unformattable traceback must not lose the reply
             lines = [f"{type(exc).__name__}: (no traceback: {_describe(failure)})"]
@@ -811,9 +811,9 @@ def _ends_with_semicolon(lines: list[str], node: ast.stmt) -> bool:
     return last is not None and last.string == ";"
 
 
-def _prune(report: traceback.TracebackException, own_file: str) -> None:
+def _prune(report: traceback.TracebackException) -> None:
     """Keep the user's frames: from the first cell frame on (none if there is no cell frame),
-    minus the driver's frames and what they called (json, ...) until code of a cell runs again."""
+    minus the sandbox's own frames and what they called (user_frames)."""
     pending: list[Any] = [report]
     seen: set[int] = set()
     while pending:
@@ -822,16 +822,30 @@ def _prune(report: traceback.TracebackException, own_file: str) -> None:
             continue
         seen.add(id(item))
         frames = list(item.stack)
-        cells = (i for i, f in enumerate(frames) if f.filename.startswith("<cell-"))
-        first = next(cells, len(frames))
-        kept, in_driver = [], False
-        for frame in frames[first:]:
-            if frame.filename == own_file or frame.filename.startswith("<cell-"):
-                in_driver = frame.filename == own_file
-            if not in_driver:
-                kept.append(frame)
-        item.stack[:] = kept
+        first = next((i for i, f in enumerate(frames) if _is_cell(f.filename)), len(frames))
+        frames = frames[first:]
+        keep = user_frames([frame.filename for frame in frames], _is_cell)
+        item.stack[:] = [frame for frame, kept in zip(frames, keep, strict=True) if kept]
         pending += [item.__cause__, item.__context__, *(getattr(item, "exceptions", None) or ())]
+
+
+def user_frames(filenames: list[str], is_cell: Callable[[str], bool]) -> list[bool]:
+    """Which frames of a traceback (their files, outermost first) are the user's: not the
+    sandbox's own (its guest modules), nor what they called (json, ...) until code of a cell
+    runs again. A helper the user called (display, llm_query, time.sleep) then ends the
+    traceback as a built-in function would."""
+    kept, inside = [], False
+    for name in filenames:
+        if name == _OWN_FILE or name.startswith(_OWN_PREFIX):
+            inside = True
+        elif is_cell(name):
+            inside = False
+        kept.append(not inside)
+    return kept
+
+
+def _is_cell(filename: str) -> bool:
+    return filename.startswith("<cell-")
 
 
 def _flush_streams() -> None:
@@ -1076,5 +1090,7 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {_safe_str(exc)}"
 
 
-# This file's name as the host compiled it: its frames are cut from user tracebacks.
+# This file's name as the host compiled it, and the names of all the sandbox's guest modules
+# (repl/guest_sources.py): their frames are cut from user tracebacks.
 _OWN_FILE = _describe.__code__.co_filename
+_OWN_PREFIX = "<sandbox-kernel "

@@ -26,11 +26,13 @@ Must import only the standard library at module level: IPython is imported by `s
 from __future__ import annotations
 
 import asyncio
+import inspect
 import os
 import re
 import selectors
 import sys
 import time
+import types
 from typing import Any
 
 __all__ = ["NO_PROCESSES", "start"]
@@ -112,6 +114,7 @@ def start(driver: Any, main_module: Any) -> Any:
     shell.register_magic_function(_pip_magic(driver), "line", "pip")
     shell.ast_transformers.append(driver.loop_checks())
     _lexer_once()
+    _styles_once()
     _warm_tracebacks(shell)
     return shell
 
@@ -146,6 +149,21 @@ def _lexer_once() -> None:
         return highlighted.splitlines()
 
     stack_data.core._pygmented_with_ranges = pygmented_with_ranges
+
+
+def _styles_once() -> None:
+    """Tracebacks without making their colours again each time: IPython's VerboseTB derives a
+    pygments style class from its theme and builds a terminal formatter for it for every
+    traceback (a third of an interrupt's traceback here). Both depend only on the theme and
+    the highlight, so each is made once per pair; the output is the same."""
+    import functools
+
+    import IPython.core.ultratb as ultratb
+    import stack_data
+
+    stack_data.style_with_executing_node = functools.cache(stack_data.style_with_executing_node)
+    formatter = ultratb.Terminal256Formatter
+    ultratb.Terminal256Formatter = functools.cache(lambda style: formatter(style=style))
 
 
 def _warm_tracebacks(shell: Any) -> None:
@@ -204,12 +222,20 @@ def _shell_class(driver: Any) -> Any:
     from IPython.core.interactiveshell import InteractiveShell
 
     publisher, hook = _output_classes(driver)
+    user_frames = sys.modules[type(driver).__module__].user_frames  # not a cell's to replace
 
     class SandboxShell(InteractiveShell):
         """IPython's shell, answering through the door."""
 
         display_pub_class = publisher
         displayhook_class = hook
+
+        def _get_exc_info(self, exc_tuple: Any = None) -> Any:
+            """As IPython's, without the sandbox's own frames: an interrupt, or an error in
+            a helper such as llm_query, ends at the user's line, as in ipykernel."""
+            etype, value, tb = super()._get_exc_info(exc_tuple)
+            sys.last_traceback = tb = _user_tracebacks(self, value, tb, user_frames)
+            return etype, value, tb
 
         def _showtraceback(self, etype: Any, evalue: Any, stb: list[str]) -> None:
             driver.set_error(etype, evalue, stb)
@@ -236,6 +262,48 @@ def _shell_class(driver: Any) -> Any:
             raise NoProcessesError(NO_PROCESSES.format(what=f"`!!{cmd}`"))
 
     return SandboxShell
+
+
+def _user_tracebacks(shell: Any, value: BaseException, tb: Any, user_frames: Any) -> Any:
+    """`tb` and the tracebacks of the exceptions chained to `value`, without the sandbox's own
+    frames and what they called (driver.user_frames); `value`'s chain is changed in place, as
+    IPython reads it from there. The cells' files are made known to `inspect.getmodule`, which
+    otherwise looks through every loaded module for each cell frame (1-2 ms apiece here)."""
+    cells = shell.compile._filename_map
+    module = shell.user_module
+    module_name = module.__name__ if sys.modules.get(module.__name__) is module else None
+
+    def prune(head: Any) -> Any:
+        entries = []
+        while head is not None:
+            entries.append(head)
+            head = head.tb_next
+        names = [entry.tb_frame.f_code.co_filename for entry in entries]
+        users = user_frames(names, cells.__contains__)
+        kept = [entry for entry, user in zip(entries, users, strict=True) if user]
+        for name in names:
+            if name in cells and module_name is not None:
+                inspect.modulesbyfile[name] = module_name
+                inspect.modulesbyfile[os.path.normcase(os.path.abspath(name))] = module_name
+        if len(kept) == len(entries):
+            return entries[0] if entries else None
+        rebuilt = None
+        for entry in reversed(kept):
+            rebuilt = types.TracebackType(rebuilt, entry.tb_frame, entry.tb_lasti, entry.tb_lineno)
+        return rebuilt
+
+    top = value.__traceback__
+    pending: list[Any] = [value]
+    seen: set[int] = set()
+    while pending:
+        exc = pending.pop()
+        if exc is None or id(exc) in seen:
+            continue
+        seen.add(id(exc))
+        if exc.__traceback__ is not None:
+            exc.__traceback__ = prune(exc.__traceback__)
+        pending += [exc.__cause__, exc.__context__, *(getattr(exc, "exceptions", None) or ())]
+    return value.__traceback__ if tb is top else prune(tb)
 
 
 def _pip(driver: Any, line: str) -> None:

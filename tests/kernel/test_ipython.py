@@ -13,6 +13,7 @@ without an `error` output (the message is on stderr); ours shows it as an error 
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -124,6 +125,45 @@ def test_cells_behave_as_on_ipykernel(
     matched = len(COMPARED) - len(differences)
     print(f"matched {matched} of {len(COMPARED)} cells ({matched / len(COMPARED):.0%})")
     assert not differences, "\n".join(differences)
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_FRAME_HEADER = re.compile(
+    r"^(Cell In\[\d+\], line \d+|File .*|During handling of the above exception.*)$", re.MULTILINE
+)
+
+
+def _frames(execution: Execution) -> list[str]:
+    """The frames an error output shows (their headers, numbers masked) and its exception."""
+    [error] = execution.of_type("error")
+    text = _ANSI.sub("", "\n".join(error.content["traceback"]))
+    headers = [re.sub(r"\d+", "N", header) for header in _FRAME_HEADER.findall(text)]
+    return [*headers, error.content["ename"]]
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "while True:\n    pass",
+        "import time\ntime.sleep(60)",
+        "import time\ntry:\n    time.sleep(60)\nexcept KeyboardInterrupt:\n    raise ValueError",
+    ],
+)
+def test_an_interrupt_shows_the_users_line_as_on_ipykernel(
+    kernel: RunningKernel, ipykernel: RunningKernel, code: str
+) -> None:
+    """The traceback of an interrupted cell shows the cell's frames only: the sandbox's own
+    (its loop check, its time.sleep) are cut, as a built-in's would be."""
+    shown = []
+    for running in (kernel, ipykernel):
+        started = running.send(code)
+        time.sleep(1)
+        running.km.interrupt_kernel()
+        execution = running.collect(started, timeout=CELL_TIMEOUT_SECONDS)
+        assert execution.status == "error", execution.describe()
+        shown.append(_frames(execution))
+    assert shown[0] == shown[1]
+    assert not any("sandbox" in line for line in shown[0])
 
 
 # -- what only the sandbox shows ---------------------------------------------------------

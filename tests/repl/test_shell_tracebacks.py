@@ -4,6 +4,7 @@ pays for IPython's imports (they are in the warm image)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
 import pytest
@@ -42,3 +43,43 @@ def test_a_first_error_costs_what_later_ones_do(session: ReplSandbox) -> None:
     assert "Traceback (most recent call last)" in "\n".join(first.traceback)  # IPython's
     # Before the warm-up, the first cost 790 M instructions against 170 M for the next.
     assert first.fuel_consumed < 3 * later.fuel_consumed, (first.fuel_consumed, later)
+
+
+def test_a_helpers_error_ends_at_the_users_line(session: ReplSandbox) -> None:
+    """The sandbox's own frames (llm_query's checks here) are cut from IPython's traceback, in
+    chained exceptions too, as a built-in function's would be."""
+    done = session.execute(
+        "try:\n    llm_query(1)\nexcept TypeError as exc:\n    raise ValueError('again') from exc"
+    )
+    shown = _plain(done.traceback)
+    assert done.ename == "ValueError"
+    assert "llm_query(1)" in shown and "The above exception was the direct cause" in shown
+    assert "sandbox" not in shown, shown
+
+
+def test_the_colours_made_once_are_ipythons(session: ReplSandbox) -> None:
+    """With the style and formatter made afresh for each traceback (IPython's own way), the
+    traceback is the same, colour for colour."""
+    done = session.execute(
+        "import sys, stack_data, IPython.core.ultratb as ultratb\n"
+        "from pygments.formatters.terminal256 import Terminal256Formatter\n"
+        "def shown():\n"
+        "    try:\n"
+        "        {}['missing']\n"
+        "    except KeyError:\n"
+        "        return get_ipython().InteractiveTB.structured_traceback(*sys.exc_info())\n"
+        "cached = shown()\n"
+        "kept = stack_data.style_with_executing_node, ultratb.Terminal256Formatter\n"
+        "stack_data.style_with_executing_node = kept[0].__wrapped__\n"
+        "ultratb.Terminal256Formatter = Terminal256Formatter\n"
+        "try:\n"
+        "    fresh = shown()\n"
+        "finally:\n"
+        "    stack_data.style_with_executing_node, ultratb.Terminal256Formatter = kept\n"
+        "cached == fresh, '\\x1b[' in ''.join(cached)"
+    )
+    assert done.result == {"text/plain": "(True, True)"}, done
+
+
+def _plain(traceback: list[str] | None) -> str:
+    return re.sub(r"\x1b\[[0-9;]*m", "", "\n".join(traceback or []))
