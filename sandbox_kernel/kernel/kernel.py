@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from ipykernel._version import kernel_protocol_version
 from ipykernel.kernelbase import Kernel
+from traitlets import Float
 
 from sandbox_kernel import __version__
 from sandbox_kernel.host.guest_library import GUEST_PYTHON
@@ -47,6 +48,9 @@ _ASK_EXIT = {"source": "ask_exit", "keepkernel": False}
 # a client started with the kernel retry every 100 ms, so this is only reached by a client that
 # never subscribes, which then gets its reply this much later.
 SUBSCRIBER_WAIT_SECONDS = 2.0
+# How long a reply waits for the IOPub thread to send the cell's outputs (_outputs_sent): it
+# takes a thread hop (about 0.1 ms); this bounds it when that thread is stuck.
+OUTPUTS_SENT_SECONDS = 1.0
 
 
 def _preparing_notice() -> str | None:
@@ -96,6 +100,10 @@ class SandboxKernel(Kernel):
         {"text": "Python", "url": "https://docs.python.org/3/"},
         {"text": "sandbox-kernel", "url": "https://pypi.org/project/sandbox-kernel/"},
     ]
+    # ipykernel sleeps 0.5 ms before every execute_reply (its FIXME: "the flush doesn't seem
+    # to make it to the clients"); this kernel waits instead until the IOPub thread has sent
+    # what the cell published (_outputs_sent), as ipykernel's own stdout flush does.
+    _execute_sleep = Float(0.0).tag(config=True)
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -297,6 +305,18 @@ class SandboxKernel(Kernel):
                 self.execution_count,
                 silent,
             )
+        finally:
+            self._outputs_sent()
+
+    def _outputs_sent(self) -> None:
+        """Wait until the IOPub thread has sent what was published so far (at most
+        OUTPUTS_SENT_SECONDS), so that a cell's outputs leave before its reply."""
+        thread = getattr(self, "iopub_thread", None)
+        if thread is None or not thread.thread.is_alive():
+            return
+        sent = threading.Event()
+        thread.schedule(sent.set)
+        sent.wait(OUTPUTS_SENT_SECONDS)
 
     async def _execute(
         self,
@@ -343,14 +363,27 @@ class SandboxKernel(Kernel):
         )
         return reply
 
+    async def dispatch_shell(self, *args: Any, **kwargs: Any) -> None:
+        """ipykernel's, and then the session's rollback image: its copy starts once the request
+        is answered (reply and idle status sent; _run defers it), so that it does not compete
+        with the answer for the CPU."""
+        try:
+            await super().dispatch_shell(*args, **kwargs)
+        finally:
+            repl = getattr(self, "repl", None)
+            if repl is not None:
+                repl.take_image()
+
     def _run(self, code: str, silent: bool) -> CodeExecution:
         """On a worker thread: the cell, its output batched to this request."""
         if silent:
-            return self.repl.execute(code, on_stdout=_drop, on_stderr=_drop)
+            return self.repl.execute(code, on_stdout=_drop, on_stderr=_drop, defer_image=True)
         with StreamPublisher(self._send_stream, self.get_parent("shell")) as streams:
             self._streams = streams
             try:
-                return self.repl.execute(code, on_stdout=streams.stdout, on_stderr=streams.stderr)
+                return self.repl.execute(
+                    code, on_stdout=streams.stdout, on_stderr=streams.stderr, defer_image=True
+                )
             finally:
                 self._streams = None
 

@@ -164,6 +164,8 @@ class ReplSandbox(ContextManagedSession):
         # per cell cost up to 2 ms); `_capture` is the copy in flight.
         self._copier = concurrent.futures.ThreadPoolExecutor(1, "sandbox-kernel-capture")
         self._capture: concurrent.futures.Future[None] | None = None
+        # The session whose image an execute(defer_image=True) left for take_image().
+        self._deferred: GuestSession | None = None
         self._scratch: tempfile.TemporaryDirectory[str] | None = None
         self._context: object = None
         self._count = 0
@@ -282,7 +284,7 @@ class ReplSandbox(ContextManagedSession):
         """Close the guest, forget its image and remove its scratch folder."""
         if self._session is not None:
             self._session.close()
-        self._session, self._image = None, None
+        self._session, self._image, self._deferred = None, None, None
         if self._scratch is not None:
             self._scratch.cleanup()
             self._scratch = None
@@ -295,19 +297,26 @@ class ReplSandbox(ContextManagedSession):
         *,
         on_stdout: Callable[[str], None] | None = None,
         on_stderr: Callable[[str], None] | None = None,
+        defer_image: bool = False,
     ) -> CodeExecution:
         """Run one cell. `on_stdout`/`on_stderr`, when given, replace the config's line
-        callbacks for this execution only (a kernel routes each cell's output to its request)."""
+        callbacks for this execution only (a kernel routes each cell's output to its request).
+
+        After a cell the session's rollback image is updated on a thread of its own. With
+        `defer_image`, that starts at take_image() instead (or, at the latest, before the
+        session next runs anything): a kernel sends its reply first, which the copy would
+        otherwise compete with for the CPU (3 ms of an interrupt's reply)."""
         if not isinstance(code, str):
             raise TypeError(f"code must be str, not {type(code).__name__}")
         reading = UsageReading(self.config.llm_usage)
-        return reading.attach(self._execute(code, on_stdout, on_stderr))
+        return reading.attach(self._execute(code, on_stdout, on_stderr, defer_image))
 
     def _execute(
         self,
         code: str,
         on_stdout: Callable[[str], None] | None,
         on_stderr: Callable[[str], None] | None,
+        defer_image: bool = False,
     ) -> CodeExecution:
         with self._lock:
             if self._session is None and not self._destroyed:
@@ -326,7 +335,10 @@ class ReplSandbox(ContextManagedSession):
                 if not outcome.trapped and not self._driver_answers():
                     return self._rebuilt(outcome, number)
                 return execution
-            self._start_capture(session)
+            if defer_image:
+                self._deferred = session
+            else:
+                self._start_capture(session)
             return execution_from_reply(reply, outcome, number)
 
     def _run_cell(
@@ -433,7 +445,17 @@ class ReplSandbox(ContextManagedSession):
 
         self._capture = self._copier.submit(capture)
 
+    def take_image(self) -> None:
+        """Start updating the rollback image that execute(defer_image=True) left for later;
+        nothing when there is none."""
+        with self._lock:
+            session, self._deferred = self._deferred, None
+            if session is not None and session is self._session:
+                self._start_capture(session)
+
     def _join_capture(self) -> None:
+        if self._deferred is not None:
+            self.take_image()
         if self._capture is not None:
             capture, self._capture = self._capture, None
             capture.result()

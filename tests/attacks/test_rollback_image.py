@@ -74,3 +74,21 @@ def test_rollbacks_in_a_row_each_restore_the_last_good_state(repl: ReplSandbox) 
         stopped = repl.execute("blob[:] = b'x' * len(blob); kept['n'] = -1\nwhile True: pass")
         assert stopped.rolled_back
         assert plain(repl.execute("kept['n'], blob[:3]")) == f"({round_ + 10}, bytearray(b'aaa'))"
+
+
+@pytest.mark.parametrize("taken", [True, False], ids=["take_image", "left-to-the-next-cell"])
+def test_a_deferred_image_is_the_state_a_rollback_returns_to(
+    repl: ReplSandbox, taken: bool
+) -> None:
+    """A kernel defers the image of a cell until its reply has gone (execute(defer_image=True),
+    then take_image()). Whether or not take_image() comes, the next cell's rollback returns to
+    the state after the deferred cell, not to the one before it."""
+    done = repl.execute("kept['n'] = 5; blob[:4] = b'dddd'", defer_image=True)
+    assert done.status is ExecutionStatus.OK, done
+    if taken:
+        repl.take_image()
+    stopped = repl.execute("blob[:] = b'x' * len(blob); kept['n'] = -1\nwhile True: pass")
+    assert stopped.rolled_back
+    assert plain(repl.execute("kept['n'], bytes(blob[:5])")) == "(5, b'dddda')"
+    repl.take_image()  # nothing deferred: nothing to do
+    assert plain(repl.execute("kept['n']")) == "5"
