@@ -120,6 +120,7 @@ class TurnOutcome:
 
 
 _MAP_FIXED = 0x10  # <sys/mman.h> on Linux; the mmap module does not export it
+_PAGE_SHIFT = PAGE_SIZE.bit_length() - 1
 
 
 class ImageFile:
@@ -142,12 +143,16 @@ class ImageFile:
 
     def mark(self, runs: Sequence[tuple[int, int]]) -> None:
         """Note the runs (offset, length) patched into the buffer; what lies past the file (a
-        grown memory) is not the file's, and always copied."""
-        pages = len(self.changed)
+        grown memory) is not the file's, and always copied. A capture marks the same few
+        hundred runs after every cell (they stay writable until REPROTECT_BYTES), so runs
+        already marked cost one search each."""
+        changed, pages = self.changed, len(self.changed)
+        unmarked = changed.find
         for offset, length in runs:
-            first, end = offset // PAGE_SIZE, min(pages, -(-(offset + length) // PAGE_SIZE))
-            if first < end:
-                self.changed[first:end] = b"\x01" * (end - first)
+            first, end = offset >> _PAGE_SHIFT, (offset + length + PAGE_SIZE - 1) >> _PAGE_SHIFT
+            if unmarked(0, first, end) >= 0:
+                end = min(end, pages)
+                changed[first:end] = b"\x01" * (end - first)
 
     def changed_runs(self) -> Iterator[tuple[int, int]]:
         """The patched pages as runs (offset, length), in order."""
@@ -239,6 +244,14 @@ def _address_of(buffer: mmap.mmap) -> Iterator[int]:
         yield ctypes.addressof(view)
     finally:
         del view
+
+
+@contextlib.contextmanager
+def _view(address: int, size: int) -> Iterator[memoryview]:
+    """The bytes at [address, address + size) (the guest's memory) as a memoryview, released
+    on leaving."""
+    with memoryview((ctypes.c_char * size).from_address(address)).cast("B") as view:
+        yield view
 
 
 class _Router:
@@ -504,10 +517,13 @@ class GuestSession:
         assert isinstance(buffer, mmap.mmap)
         if image.origin is not None:
             image.origin.mark(runs)
-        with _address_of(buffer) as address:
-            for offset, length in runs:
-                ctypes.memmove(address + offset, self._base + offset, length)
-        self.last_capture_bytes = sum(length for _, length in runs)
+        copied = 0
+        with _view(self._base, len(buffer)) as memory, memoryview(buffer) as target:
+            for offset, length in runs:  # slice copies: half the time of ctypes.memmove calls
+                end = offset + length
+                target[offset:end] = memory[offset:end]
+                copied += length
+        self.last_capture_bytes = copied
         files = self._open_files()
         return self._rebase(MemoryImage(buffer, self.flag_address, files, image.origin))
 

@@ -140,14 +140,12 @@ class WriteWatch:
                     )
                 )
                 found = fcntl.ioctl(self._pagemap, _PAGEMAP_SCAN, arg)
-                for index in range(found):
-                    first = regions[_REGION_WORDS * index]
-                    last = regions[_REGION_WORDS * index + 1]
-                    if runs and runs[-1][0] + runs[-1][1] == first - self.start:
-                        offset, length = runs.pop()
-                        runs.append((offset, length + last - first))
-                    else:
-                        runs.append((first - self.start, last - first))
+                words = memoryview(regions).cast("B").cast("Q")[: _REGION_WORDS * found]
+                starts, ends = words[0::_REGION_WORDS].tolist(), words[1::_REGION_WORDS].tolist()
+                if runs and starts and runs[-1][0] + runs[-1][1] == starts[0] - self.start:
+                    offset, _ = runs.pop()  # one run cut by the end of the last walk
+                    starts[0] = offset + self.start
+                runs += [(a - self.start, b - a) for a, b in zip(starts, ends, strict=True)]
                 walk_end = _PM_SCAN_ARG.unpack(arg)[4]
                 if walk_end <= cursor:  # no progress: never loop forever on a kernel quirk
                     raise OSError(f"PAGEMAP_SCAN stopped at {walk_end:#x}")
