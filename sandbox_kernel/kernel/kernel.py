@@ -14,6 +14,7 @@ import contextlib
 import os
 import signal
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ipykernel._version import kernel_protocol_version
@@ -115,6 +116,7 @@ class SandboxKernel(Kernel):
         policy = self.settings.policy  # the guarded spec never trusts outputs (settings.py)
         self.firewall = OutputFirewall(policy.trust_outputs, policy.display_max_bytes)
         self._removed: list[str] = []  # what the firewall removed in the running execution
+        self._answered: Callable[[], None] | None = None  # a cell's run log line, for later
         # Why the model settings are unusable (llm_query and %sandbox say it), or None.
         self.llm_error: str | None = self.settings.llm_error
         self.llm = self._llm_service()
@@ -345,28 +347,48 @@ class SandboxKernel(Kernel):
             execution = await asyncio.to_thread(self._run, plan.code, silent)
         finally:
             self._silent = False
-        after = snapshot(self.settings.workspace, limit=LISTING_LIMIT)
-        created, modified = diff(before, after)
         if store_history and not silent:
             self._history.append((0, count, code))
         expressions: dict[str, Any] = {}
         if user_expressions:  # a thread hop only when there is something to evaluate
             expressions = await asyncio.to_thread(self._user_expressions, user_expressions)
         reply = self._publish(execution, count, silent, expressions)
-        self.runlog.record(
-            code,
-            execution,
-            files_created=created,
-            files_modified=modified,
-            files_listed=before.complete and after.complete,
-            outputs_removed=list(self._removed),
-        )
+        removed = list(self._removed)
+
+        def record() -> None:  # once the request is answered (dispatch_shell)
+            after = snapshot(self.settings.workspace, limit=LISTING_LIMIT)
+            created, modified = diff(before, after)
+            self.runlog.record(
+                code,
+                execution,
+                files_created=created,
+                files_modified=modified,
+                files_listed=before.complete and after.complete,
+                outputs_removed=removed,
+            )
+
+        self._answered = record
         return reply
 
+    async def execute_request(self, stream: Any, ident: Any, parent: Any) -> None:
+        """ipykernel's, and then the cell's run log line (with the workspace listed again):
+        written once the reply has gone, and before the idle status that tells a client the
+        request is done."""
+        try:
+            await super().execute_request(stream, ident, parent)
+        finally:
+            answered, self._answered = self._answered, None
+            if answered is not None:
+                try:
+                    answered()
+                except Exception as exc:  # the cell's output says so; the kernel goes on
+                    self.log.exception("sandbox-kernel could not write the run log")
+                    self._stream("stderr", f"[sandbox] the run log could not be written: {exc}\n")
+
     async def dispatch_shell(self, *args: Any, **kwargs: Any) -> None:
-        """ipykernel's, and then the session's rollback image: its copy starts once the request
-        is answered (reply and idle status sent; _run defers it), so that it does not compete
-        with the answer for the CPU."""
+        """ipykernel's, and then the session's rollback image (_run defers it): its copy starts
+        once the request is answered (reply and idle status sent), so that it does not compete
+        with the answer for the CPU. The next cell waits for it."""
         try:
             await super().dispatch_shell(*args, **kwargs)
         finally:

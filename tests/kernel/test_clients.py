@@ -406,3 +406,21 @@ def test_the_streams_cap_is_the_cap_notice_included(fresh_kernel: RunningKernel)
     assert streamed.endswith("this notice included]\n")
     assert execution.stream("stderr") == ""
     assert fresh_kernel.run_ok("print('whole')").stream() == "whole\n"
+
+
+def test_a_run_log_that_cannot_be_written_is_said_and_cells_go_on(tmp_path: Path) -> None:
+    """The run log's line is written after the reply, before the idle status: when it cannot
+    be (its folder is a link, refused), the cell's output says so and the next cell runs."""
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "linked").symlink_to(tmp_path / "elsewhere")
+    running = start_kernel(
+        tmp_path / "own", extra_env={"SANDBOX_KERNEL_RUN_LOG": str(tmp_path / "linked" / "l")}
+    )
+    try:
+        execution = running.run("x = 6 * 7")
+        assert execution.status == "ok", execution.describe()
+        assert "the run log could not be written" in execution.stream("stderr")
+        assert running.run_ok("x").result() == "42"
+        assert list((tmp_path / "elsewhere").iterdir()) == []
+    finally:
+        running.shutdown()
