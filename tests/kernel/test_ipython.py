@@ -187,6 +187,20 @@ def test_pip_of_an_image_package_is_already_satisfied(kernel: RunningKernel) -> 
     assert "Requirement already satisfied: six in the sandbox image" in execution.stream()
 
 
+def test_history_reads_this_session(kernel: RunningKernel) -> None:
+    """IPython's history of the running session: %history by range, by search and by tail,
+    %recall as a set_next_input payload."""
+    first = kernel.run_ok("hist_alpha = 1")
+    kernel.run_ok("hist_beta = hist_alpha + 1")
+    number = first.reply["execution_count"]
+    shown = kernel.run_ok(f"%history -n {number}-{number + 1}").stream()
+    assert f"{number}: hist_alpha = 1" in shown and "hist_beta = hist_alpha + 1" in shown
+    assert "hist_alpha = 1" in kernel.run_ok("%history -g hist_alpha").stream()
+    assert "hist_beta = hist_alpha + 1" in kernel.run_ok("%history -l 3").stream()
+    [recalled] = kernel.run_ok(f"%recall {number}").reply["payload"]
+    assert recalled["text"] == "hist_alpha = 1"
+
+
 def test_working_folder_is_the_workspace(kernel: RunningKernel) -> None:
     assert kernel.run_ok("%pwd").result() == "'/app'"
     kernel.run_ok("%%writefile relative.txt\nfrom a cell")
