@@ -355,7 +355,7 @@ class SandboxKernel(Kernel):
         reply = self._publish(execution, count, silent, expressions)
         removed = list(self._removed)
 
-        def record() -> None:  # once the request is answered (dispatch_shell)
+        def record() -> None:  # once the reply has gone (execute_request)
             after = snapshot(self.settings.workspace, limit=LISTING_LIMIT)
             created, modified = diff(before, after)
             self.runlog.record(
@@ -371,9 +371,10 @@ class SandboxKernel(Kernel):
         return reply
 
     async def execute_request(self, stream: Any, ident: Any, parent: Any) -> None:
-        """ipykernel's, and then the cell's run log line (with the workspace listed again):
-        written once the reply has gone, and before the idle status that tells a client the
-        request is done."""
+        """ipykernel's, and then what the cell left for after its reply, so that it does not
+        compete with the reply for the CPU: its run log line (with the workspace listed again)
+        and the session's rollback image (_run defers it; the next cell waits for it). Both
+        come before the idle status that tells a client the request is done."""
         try:
             await super().execute_request(stream, ident, parent)
         finally:
@@ -384,14 +385,6 @@ class SandboxKernel(Kernel):
                 except Exception as exc:  # the cell's output says so; the kernel goes on
                     self.log.exception("sandbox-kernel could not write the run log")
                     self._stream("stderr", f"[sandbox] the run log could not be written: {exc}\n")
-
-    async def dispatch_shell(self, *args: Any, **kwargs: Any) -> None:
-        """ipykernel's, and then the session's rollback image (_run defers it): its copy starts
-        once the request is answered (reply and idle status sent), so that it does not compete
-        with the answer for the CPU. The next cell waits for it."""
-        try:
-            await super().dispatch_shell(*args, **kwargs)
-        finally:
             repl = getattr(self, "repl", None)
             if repl is not None:
                 repl.take_image()
