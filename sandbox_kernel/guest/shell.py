@@ -115,6 +115,7 @@ def start(driver: Any, main_module: Any) -> Any:
     shell.ast_transformers.append(driver.loop_checks())
     _lexer_once()
     _styles_once()
+    _format_once(shell.InteractiveTB)
     _warm_tracebacks(shell)
     return shell
 
@@ -164,6 +165,33 @@ def _styles_once() -> None:
     stack_data.style_with_executing_node = functools.cache(stack_data.style_with_executing_node)
     formatter = ultratb.Terminal256Formatter
     ultratb.Terminal256Formatter = functools.cache(lambda style: formatter(style=style))
+
+
+def _format_once(formatter: Any) -> None:
+    """An error's traceback formatted once, where IPython 9 formats it twice: to show it, and
+    again, with the same arguments, to keep it for %notebook (history_manager.exceptions).
+    The second call gets the first's lines, once; any other call is formatted afresh."""
+    structured_traceback = formatter.structured_traceback
+    last: list[Any] = []  # etype, evalue, etb, settings, lines: the call not asked for again
+
+    def formatted_once(
+        etype: Any, evalue: Any, etb: Any = None, tb_offset: Any = None, context: int = 5
+    ) -> list[str]:
+        offset = formatter.tb_offset if tb_offset is None else tb_offset
+        settings = (offset, context, formatter.mode, formatter._theme_name)
+        asked_again = last and last[0] is etype and last[1] is evalue and last[2] is etb
+        if etype is not None and asked_again and last[3] == settings:
+            lines: list[str] = last[4]
+            last.clear()
+            formatter.tb = etb  # as the call it stands for does
+            return list(lines)
+        last.clear()
+        lines = structured_traceback(etype, evalue, etb, tb_offset, context)
+        if etype is not None:
+            last.extend((etype, evalue, etb, settings, list(lines)))
+        return lines
+
+    formatter.structured_traceback = formatted_once
 
 
 def _warm_tracebacks(shell: Any) -> None:

@@ -83,3 +83,30 @@ def test_the_colours_made_once_are_ipythons(session: ReplSandbox) -> None:
 
 def _plain(traceback: list[str] | None) -> str:
     return re.sub(r"\x1b\[[0-9;]*m", "", "\n".join(traceback or []))
+
+
+def test_an_error_is_formatted_once_and_kept_as_shown(session: ReplSandbox) -> None:
+    """IPython 9 formats an error twice, to show it and to keep it for %notebook: the second
+    is the first's lines, and the kept traceback is the one shown."""
+    shown = session.execute("{}['missing']")
+    assert shown.ename == "KeyError" and shown.traceback
+    kept = session.execute(
+        f"get_ipython().history_manager.exceptions[{shown.execution_count}]['traceback']"
+        f" == {shown.traceback!r}"
+    )
+    assert kept.result == {"text/plain": "True"}, kept
+    counted = session.execute(
+        "import IPython.core.ultratb as ultratb\n"
+        "calls = []\n"
+        "original = ultratb.FormattedTB.structured_traceback\n"
+        "def counting(self, *args, **kwargs):\n"
+        "    calls.append(1)\n"
+        "    return original(self, *args, **kwargs)\n"
+        "ultratb.FormattedTB.structured_traceback = counting\n"
+        "try:\n"
+        "    get_ipython().run_cell('1 / 0', store_history=True)\n"
+        "finally:\n"
+        "    ultratb.FormattedTB.structured_traceback = original\n"
+        "len(calls)"
+    )
+    assert counted.result == {"text/plain": "1"}, counted
