@@ -316,6 +316,8 @@ class SandboxKernel(Kernel):
         thread = getattr(self, "iopub_thread", None)
         if thread is None or not thread.thread.is_alive():
             return
+        if not getattr(thread, "_events", True):  # its queue is empty: nothing left to send
+            return
         sent = threading.Event()
         thread.schedule(sent.set)
         sent.wait(OUTPUTS_SENT_SECONDS)
