@@ -37,7 +37,7 @@ import sys
 import time
 import tokenize
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 __all__ = [
@@ -812,18 +812,25 @@ def _ends_with_semicolon(lines: list[str], node: ast.stmt) -> bool:
 def _prune(report: traceback.TracebackException) -> None:
     """Keep the user's frames: from the first cell frame on (none if there is no cell frame),
     minus the sandbox's own frames and what they called (user_frames)."""
-    pending: list[Any] = [report]
+    for item in chain(report):
+        frames = list(item.stack)
+        first = next((i for i, f in enumerate(frames) if _is_cell(f.filename)), len(frames))
+        frames = frames[first:]
+        keep = user_frames([frame.filename for frame in frames], _is_cell)
+        item.stack[:] = [frame for frame, kept in zip(frames, keep, strict=True) if kept]
+
+
+def chain(first: Any) -> Iterator[Any]:
+    """`first` and what is chained to it (__cause__, __context__, an exception group's
+    members), each once: exceptions, or the reports traceback.TracebackException makes."""
+    pending: list[Any] = [first]
     seen: set[int] = set()
     while pending:
         item = pending.pop()
         if item is None or id(item) in seen:
             continue
         seen.add(id(item))
-        frames = list(item.stack)
-        first = next((i for i, f in enumerate(frames) if _is_cell(f.filename)), len(frames))
-        frames = frames[first:]
-        keep = user_frames([frame.filename for frame in frames], _is_cell)
-        item.stack[:] = [frame for frame, kept in zip(frames, keep, strict=True) if kept]
+        yield item
         pending += [item.__cause__, item.__context__, *(getattr(item, "exceptions", None) or ())]
 
 

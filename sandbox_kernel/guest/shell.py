@@ -250,7 +250,8 @@ def _shell_class(driver: Any) -> Any:
     from IPython.core.interactiveshell import InteractiveShell
 
     publisher, hook = _output_classes(driver)
-    user_frames = sys.modules[type(driver).__module__].user_frames  # not a cell's to replace
+    own = sys.modules[type(driver).__module__]  # the driver's functions, not a cell's to replace
+    user_frames, chain = own.user_frames, own.chain
 
     class SandboxShell(InteractiveShell):
         """IPython's shell, answering through the door."""
@@ -262,7 +263,7 @@ def _shell_class(driver: Any) -> Any:
             """As IPython's, without the sandbox's own frames: an interrupt, or an error in
             a helper such as llm_query, ends at the user's line, as in ipykernel."""
             etype, value, tb = super()._get_exc_info(exc_tuple)
-            sys.last_traceback = tb = _user_tracebacks(self, value, tb, user_frames)
+            sys.last_traceback = tb = _user_tracebacks(self, value, tb, user_frames, chain)
             return etype, value, tb
 
         def _showtraceback(self, etype: Any, evalue: Any, stb: list[str]) -> None:
@@ -292,7 +293,9 @@ def _shell_class(driver: Any) -> Any:
     return SandboxShell
 
 
-def _user_tracebacks(shell: Any, value: BaseException, tb: Any, user_frames: Any) -> Any:
+def _user_tracebacks(
+    shell: Any, value: BaseException, tb: Any, user_frames: Any, chain: Any
+) -> Any:
     """`tb` and the tracebacks of the exceptions chained to `value`, without the sandbox's own
     frames and what they called (driver.user_frames); `value`'s chain is changed in place, as
     IPython reads it from there. The cells' files are made known to `inspect.getmodule`, which
@@ -321,16 +324,9 @@ def _user_tracebacks(shell: Any, value: BaseException, tb: Any, user_frames: Any
         return rebuilt
 
     top = value.__traceback__
-    pending: list[Any] = [value]
-    seen: set[int] = set()
-    while pending:
-        exc = pending.pop()
-        if exc is None or id(exc) in seen:
-            continue
-        seen.add(id(exc))
+    for exc in chain(value):
         if exc.__traceback__ is not None:
             exc.__traceback__ = prune(exc.__traceback__)
-        pending += [exc.__cause__, exc.__context__, *(getattr(exc, "exceptions", None) or ())]
     return value.__traceback__ if tb is top else prune(tb)
 
 

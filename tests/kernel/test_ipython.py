@@ -156,6 +156,7 @@ def test_an_interrupt_shows_the_users_line_as_on_ipykernel(
     (its loop check, its time.sleep) are cut, as a built-in's would be."""
     shown = []
     for running in (kernel, ipykernel):
+        running.run_ok("pass")  # the session has started: the interrupt finds the cell running
         started = running.send(code)
         time.sleep(1)
         running.km.interrupt_kernel()
