@@ -291,6 +291,7 @@ class Driver:
         """Run cell `n`, whose text is `source`, and report the outcome with `done`."""
         self.flag[0] = 0
         self.displays = []
+        _forget_turns()
         if self.shell is not None:
             reply = self._run_in_shell(n, source)
         else:
@@ -851,6 +852,18 @@ def user_frames(filenames: list[str], is_cell: Callable[[str], bool]) -> list[bo
 
 def _is_cell(filename: str) -> bool:
     return filename.startswith("<cell-")
+
+
+def _forget_turns() -> None:
+    """Drop the sources the reactor keeps for its turns' tracebacks (`<turn N>` in
+    linecache._interactive_cache): user tracebacks are cut to the cells' frames, so they were
+    only a copy of every cell's text, kept for the session's life."""
+    cache = vars(linecache).get("_interactive_cache")
+    if type(cache) is not dict:  # a Python without it, or a cell's replacement (repaired later)
+        return
+    for key in [k for k in cache if type(k) is tuple and k and type(k[0]) is str]:
+        if key[0].startswith("<turn "):
+            del cache[key]
 
 
 def _flush_streams() -> None:

@@ -336,3 +336,19 @@ def test_exiting_without_destroy_does_not_crash_the_host(workspace: Path) -> Non
         "the background capture of the session's memory must end before the atexit hook "
         "closes the Store (it raced as a daemon thread)"
     )
+
+
+def test_a_long_session_keeps_no_copy_of_each_turn(module_repl: ReplSandbox) -> None:
+    """The reactor keeps each turn's source for tracebacks (linecache's `<turn N>`), and a
+    turn's source holds the cell's text: the driver drops them, so 60 cells of 20 kB leave
+    none behind."""
+    big = "# " + "x" * 20_000 + "\nsize = 1"
+    for _ in range(60):
+        run_ok(module_repl, big)
+    kept = plain(
+        module_repl.execute(
+            "import linecache\n"
+            "sum(str(k[0]).startswith('<turn') for k in linecache._interactive_cache)"
+        )
+    )
+    assert kept == "0"
