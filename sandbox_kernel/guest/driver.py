@@ -321,7 +321,8 @@ class Driver:
         as the host numbers it so In[n] and Out[n] match the client's prompt."""
         shell = self.shell
         self._outcome = {}
-        shell.execution_count = n
+        if shell.execution_count != n:  # a traitlet: setting it notifies, so only when it moves
+            shell.execution_count = n
         try:
             ran = shell.run_cell(source, store_history=True)
             failure = ran.error_before_exec or ran.error_in_exec
@@ -340,7 +341,8 @@ class Driver:
                 error = self._error(failure)
             self._check_shell()
         payload = list(shell.payload_manager.read_payload())
-        shell.payload_manager.clear_payload()
+        if payload:
+            shell.payload_manager.clear_payload()
         return {
             "status": status,
             "error": error,
