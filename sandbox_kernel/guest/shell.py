@@ -312,8 +312,8 @@ def _user_tracebacks(
         names = [entry.tb_frame.f_code.co_filename for entry in entries]
         users = user_frames(names, cells.__contains__)
         kept = [entry for entry, user in zip(entries, users, strict=True) if user]
-        for name in names:
-            if name in cells and module_name is not None:
+        for name in names if module_name is not None else ():
+            if name in cells:
                 inspect.modulesbyfile[name] = module_name
                 inspect.modulesbyfile[os.path.normcase(os.path.abspath(name))] = module_name
         if len(kept) == len(entries):

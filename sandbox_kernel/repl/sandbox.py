@@ -164,8 +164,8 @@ class ReplSandbox(ContextManagedSession):
         # per cell cost up to 2 ms); `_capture` is the copy in flight.
         self._copier = concurrent.futures.ThreadPoolExecutor(1, "sandbox-kernel-capture")
         self._capture: concurrent.futures.Future[None] | None = None
-        # The session whose image an execute(defer_image=True) left for take_image().
-        self._deferred: GuestSession | None = None
+        # An execute(defer_image=True) left the session's image for take_image().
+        self._image_pending = False
         self._scratch: tempfile.TemporaryDirectory[str] | None = None
         self._context: object = None
         self._count = 0
@@ -284,7 +284,7 @@ class ReplSandbox(ContextManagedSession):
         """Close the guest, forget its image and remove its scratch folder."""
         if self._session is not None:
             self._session.close()
-        self._session, self._image, self._deferred = None, None, None
+        self._session, self._image, self._image_pending = None, None, False
         if self._scratch is not None:
             self._scratch.cleanup()
             self._scratch = None
@@ -316,7 +316,7 @@ class ReplSandbox(ContextManagedSession):
         code: str,
         on_stdout: Callable[[str], None] | None,
         on_stderr: Callable[[str], None] | None,
-        defer_image: bool = False,
+        defer_image: bool,
     ) -> CodeExecution:
         with self._lock:
             if self._session is None and not self._destroyed:
@@ -335,9 +335,8 @@ class ReplSandbox(ContextManagedSession):
                 if not outcome.trapped and not self._driver_answers():
                     return self._rebuilt(outcome, number)
                 return execution
-            if defer_image:
-                self._deferred = session
-            else:
+            self._image_pending = defer_image
+            if not defer_image:
                 self._start_capture(session)
             return execution_from_reply(reply, outcome, number)
 
@@ -449,12 +448,12 @@ class ReplSandbox(ContextManagedSession):
         """Start updating the rollback image that execute(defer_image=True) left for later;
         nothing when there is none."""
         with self._lock:
-            session, self._deferred = self._deferred, None
-            if session is not None and session is self._session:
-                self._start_capture(session)
+            pending, self._image_pending = self._image_pending, False
+            if pending and self._session is not None:
+                self._start_capture(self._session)
 
     def _join_capture(self) -> None:
-        if self._deferred is not None:
+        if self._image_pending:
             self.take_image()
         if self._capture is not None:
             capture, self._capture = self._capture, None
