@@ -121,6 +121,10 @@ class CapsuleStore:
                 if create:
                     connection.executescript(_SCHEMA)
                     connection.execute(f"PRAGMA user_version = {_SCHEMA_VERSION}")
+                elif not connection.execute("PRAGMA user_version").fetchone()[0]:
+                    # The first writer made the file and has not made the table yet (the
+                    # version is set after the table, in the same call).
+                    raise CapsuleNotFound("no run has been recorded yet")
                 yield connection
         finally:
             connection.close()
@@ -150,14 +154,15 @@ class CapsuleStore:
 
     def recent(self, limit: int = 20) -> list[CapsuleSummary]:
         """The newest `limit` capsules, newest first (none when nothing was recorded)."""
-        if not self.path.is_file():
+        try:
+            with self._connect(create=False) as connection:
+                rows = connection.execute(
+                    "SELECT id, created_at, query_type, dataset_id, status, error_type, "
+                    "duration_ms FROM capsules ORDER BY created_at DESC, rowid DESC LIMIT ?",
+                    (max(0, limit),),
+                ).fetchall()
+        except CapsuleNotFound:
             return []
-        with self._connect(create=False) as connection:
-            rows = connection.execute(
-                "SELECT id, created_at, query_type, dataset_id, status, error_type, duration_ms "
-                "FROM capsules ORDER BY created_at DESC, rowid DESC LIMIT ?",
-                (max(0, limit),),
-            ).fetchall()
         fields = list(CapsuleSummary.model_fields)
         return [CapsuleSummary(**dict(zip(fields, row, strict=True))) for row in rows]
 

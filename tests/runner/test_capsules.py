@@ -63,6 +63,20 @@ def test_recent_lists_newest_first(tmp_path: Path) -> None:
     assert [s.id for s in store.recent(limit=1)] == [ids[2]]
 
 
+def test_a_reader_between_the_files_birth_and_its_table_finds_nothing_yet(
+    tmp_path: Path,
+) -> None:
+    # The first record creates the file, then its table: a listing in between (the server's
+    # GET /capsules while the first run is recorded) must not fail.
+    store = CapsuleStore(tmp_path / "c.sqlite3")
+    store._create_file()
+    assert store.recent() == []
+    with pytest.raises(CapsuleNotFound, match="no run has been recorded yet"):
+        store.get("abcdef")
+    first = store.record(Capsule(response={"status": "success"}))
+    assert [s.id for s in store.recent()] == [first]
+
+
 def test_the_file_is_private(tmp_path: Path) -> None:
     path = tmp_path / "deep" / "c.sqlite3"
     CapsuleStore(path).record(Capsule(response={"status": "success"}))
