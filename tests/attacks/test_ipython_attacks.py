@@ -5,6 +5,7 @@ working.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -90,6 +91,29 @@ def test_a_taken_apart_shell_comes_back(tmp_path: Path, sabotage: str) -> None:
         running.run(sabotage)
         running.run("1 + 1")  # may fail once; the shell is then started again, and says so
         assert running.run_ok("kept").result() == "'mine'"
+        assert running.run_ok("2 + 2").result() == "4"
+    finally:
+        running.shutdown()
+
+
+def test_an_interrupted_cell_that_took_the_shell_apart_is_mended_before_the_next(
+    tmp_path: Path,
+) -> None:
+    """The shell's check after a failed cell runs before the next cell: the interrupt's reply
+    comes first, and the next cell still finds a working shell, its variables kept."""
+    running = start_kernel(tmp_path / "kernel")
+    try:
+        running.run_ok("kept = 'mine'")
+        cell = running.send(
+            "get_ipython().history_manager._trait_values['shell'] = None\nwhile True:\n    pass"
+        )
+        time.sleep(1)
+        running.km.interrupt_kernel()
+        interrupted = running.collect(cell, timeout=30)
+        assert interrupted.reply["ename"] == "KeyboardInterrupt", interrupted.describe()
+        after = running.run_ok("kept")
+        assert after.result() == "'mine'"
+        assert "started again" in after.stream("stderr"), after.describe()
         assert running.run_ok("2 + 2").result() == "4"
     finally:
         running.shutdown()
