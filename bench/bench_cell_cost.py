@@ -10,8 +10,10 @@
    shell itself costs, without the host.
 3. The bound on written pages kept writable between captures (session.REPROTECT_BYTES) at 2, 4
    and 8 MB: an IPython cell back to back, medians of 100.
-4. Tracebacks: a session's first error and the next, and `raise KeyboardInterrupt` in each of
-   IPython's modes (the traceback an interrupt's reply carries), medians of 15.
+4. Tracebacks: a session's first error and the next; `raise KeyboardInterrupt` after `x = 1`,
+   and the `x = 1` after it (which first checks IPython's shell), medians of 35; and
+   `raise KeyboardInterrupt` in each of IPython's modes (the traceback an interrupt's reply
+   carries), medians of 15.
 """
 
 from __future__ import annotations
@@ -119,6 +121,16 @@ def tracebacks() -> None:
     try:
         first, later = repl.execute("1 / 0"), repl.execute("1 / 0")
         print(f"first error: {first.fuel_consumed:,} instructions, next {later.fuel_consumed:,}")
+        # An interrupt after a trivial cell, as a user meets one, and the cell after it (which
+        # checks the shell first: the driver's probe after a failed cell).
+        pairs = [
+            (repl.execute("raise KeyboardInterrupt"), repl.execute("x = 1")) for _ in range(40)
+        ]
+        parts = {"the interrupt": [a for a, _ in pairs], "the cell after it": [b for _, b in pairs]}
+        for label, runs in parts.items():
+            took = statistics.median(run.duration_ms for run in runs[5:])
+            fuel = statistics.median(run.fuel_consumed for run in runs[5:])
+            print(f"after `x = 1`, {label}: {took:.2f} ms, {fuel:,.0f} instructions")
         for mode in ("Context", "Minimal", "Plain"):
             repl.execute(f"%xmode {mode}")
             runs = [repl.execute("raise KeyboardInterrupt") for _ in range(15)]
