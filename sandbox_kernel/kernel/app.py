@@ -18,6 +18,13 @@ when this module is: it brings the session, wasmtime and the policy models (abou
 imports). A client that started the kernel retries its connections every 100 ms until they are
 bound, so every ms before the bind is paid again in the client's wait.
 
+`QuietOutStream` is the host process's sys.stdout and sys.stderr: ipykernel flushes both twice
+per cell (before the reply and before the idle status), and each flush waits for a round trip
+through the iopub thread even when nothing was written. Cells write through the guest, never
+to these streams, so the flush with nothing pending returns at once; the kernel's own barrier
+before a reply (`SandboxKernel._outputs_sent`) keeps outputs ahead of it. Four thread hops
+less per cell: a trivial cell's round trip 2.72-2.83 -> 2.47-2.49 ms (medians of 600-800).
+
 Must not import: wasmtime, the kernel module (sandbox_kernel.kernel.kernel) at import time.
 """
 
@@ -27,12 +34,12 @@ import threading
 from typing import Any
 
 import zmq
-from ipykernel.iostream import IOPubThread
+from ipykernel.iostream import IOPubThread, OutStream
 from ipykernel.kernelapp import IPKernelApp
 from ipykernel.kernelbase import Kernel
-from traitlets import Type
+from traitlets import DottedObjectName, Type
 
-__all__ = ["ListenedIOPub", "SandboxKernelApp"]
+__all__ = ["ListenedIOPub", "QuietOutStream", "SandboxKernelApp"]
 
 _CONTROL_JOIN_SECONDS = 5.0
 _SUBSCRIBE, _UNSUBSCRIBE = 1, 0  # the first byte of an XPUB subscription event
@@ -57,8 +64,21 @@ class ListenedIOPub(IOPubThread):
         super()._handle_subscription(frames)
 
 
+class QuietOutStream(OutStream):
+    """ipykernel's stream, whose flush returns at once when nothing was written since the last
+    one (ipykernel's waits for the iopub thread regardless). Text written just as a flush
+    checks goes out with the stream's own timer, as any write between flushes does."""
+
+    def flush(self) -> None:
+        if self._flush_pending or self._subprocess_flush_pending or self.echo is not None:
+            super().flush()
+
+
 class SandboxKernelApp(IPKernelApp):
     name = "sandbox-kernel"
+    outstream_class = DottedObjectName(
+        "sandbox_kernel.kernel.app.QuietOutStream", help="The host's sys.stdout and sys.stderr"
+    ).tag(config=True)
     # The sandbox kernel unless configured otherwise; resolved in init_kernel (see above).
     kernel_class = Type(Kernel, config=True)
 
