@@ -10,6 +10,7 @@ would be. The same holds on a host that cannot watch writes (whole copies).
 from __future__ import annotations
 
 import ctypes
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from sandbox_kernel.host import session as session_module
 from sandbox_kernel.host.artifacts import python_image
 from sandbox_kernel.host.session import GuestSession, MemoryImage, SessionConfig, TurnLimits
 from sandbox_kernel.host.wasi_config import Preopen
-from sandbox_kernel.host.write_watch import WriteWatch
+from sandbox_kernel.host.write_watch import PAGE_SIZE, WriteWatch
 from sandbox_kernel.runtimes.base import limits_from_policy
 
 LIMITS = TurnLimits(
@@ -251,3 +252,34 @@ def test_without_file_mappings_a_file_image_is_copied(
     session.restore(image)
     assert memory_now(session) == image.data[:]
     turn(session, "assert kept == 'x' * 100_000")
+
+
+def test_the_patched_pages_are_the_union_of_every_run_marked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`ImageFile.mark` skips runs it has marked before; what it reports is still every page
+    of every run, across a full set of remembered runs and past the end of the file."""
+    path = tmp_path / "image.bin"
+    path.write_bytes(bytes(64 * PAGE_SIZE))
+    fd = os.open(path, os.O_RDONLY)
+    image_file = session_module.ImageFile(fd, 64 * PAGE_SIZE)
+    monkeypatch.setattr(session_module, "_MARKED_RUNS", 3)
+    batches = [
+        [(0, PAGE_SIZE), (4 * PAGE_SIZE, 2 * PAGE_SIZE)],
+        [(0, PAGE_SIZE), (4 * PAGE_SIZE, 2 * PAGE_SIZE)],  # the same again
+        [(4 * PAGE_SIZE, 3 * PAGE_SIZE), (10 * PAGE_SIZE, 1)],  # a longer run from a known start
+        [(0, PAGE_SIZE), (20 * PAGE_SIZE, PAGE_SIZE)],  # after the remembered set started again
+        [(62 * PAGE_SIZE, 8 * PAGE_SIZE)],  # into a grown memory: only the file's pages count
+    ]
+    expected: set[int] = set()
+    for runs in batches:
+        image_file.mark(runs)
+        for offset, length in runs:
+            expected |= set(range(offset // PAGE_SIZE, -(-(offset + length) // PAGE_SIZE)))
+        marked = {
+            page
+            for offset, length in image_file.changed_runs()
+            for page in range(offset // PAGE_SIZE, (offset + length) // PAGE_SIZE)
+        }
+        assert marked == {page for page in expected if page < 64}
+    assert len(image_file.changed) == 64
