@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -17,33 +18,48 @@ from sandbox_kernel.kernel.app import ListenedIOPub, QuietOutStream, SandboxKern
 RECEIVE_MS = 5000
 
 
-class _Counted:
-    """The iopub thread's `schedule`, counted (the trips a flush makes through that thread)."""
+@dataclass
+class IOPub:
+    """ipykernel's iopub thread on a real socket, a subscriber to it, and their session."""
 
-    def __init__(self, schedule: Callable[[Callable[[], Any]], None]) -> None:
-        self.calls = 0
-        self._schedule = schedule
+    thread: ListenedIOPub
+    subscriber: zmq.Socket[bytes]
+    session: Session
 
-    def __call__(self, function: Callable[[], Any]) -> None:
-        self.calls += 1
-        self._schedule(function)
+    def stream(self, name: str) -> QuietOutStream:
+        made: QuietOutStream = QuietOutStream(  # type: ignore[no-untyped-call]
+            self.session, self.thread, name, watchfd=False
+        )
+        return made
 
+    def trips(self, stream: QuietOutStream, flushes: int = 1) -> int:
+        """How many times `flushes` flushes of `stream` went through the iopub thread."""
+        schedule, calls = self.thread.schedule, []
 
-def quiet_stream(thread: ListenedIOPub, session: Session, name: str) -> QuietOutStream:
-    return QuietOutStream(session, thread, name, watchfd=False)  # type: ignore[no-untyped-call]
+        def counted(function: Callable[[], Any]) -> None:
+            calls.append(function)
+            schedule(function)  # type: ignore[no-untyped-call]
 
+        self.thread.schedule = counted  # type: ignore[method-assign]
+        try:
+            for _ in range(flushes):
+                stream.flush()
+        finally:
+            self.thread.schedule = schedule  # type: ignore[method-assign]
+        return len(calls)
 
-def next_stream(subscriber: zmq.Socket[bytes], session: Session, wait_ms: int) -> dict[str, Any]:
-    """The next stream message's content, past others (ipykernel welcomes a subscriber)."""
-    while subscriber.poll(wait_ms):
-        message = session.deserialize(session.feed_identities(subscriber.recv_multipart())[1])
-        if message["msg_type"] == "stream":
-            return dict(message["content"])
-    raise AssertionError(f"no stream message within {wait_ms} ms")
+    def next_stream(self, wait_ms: int) -> dict[str, Any]:
+        """The next stream message's content, past others (ipykernel welcomes a subscriber)."""
+        while self.subscriber.poll(wait_ms):
+            frames = self.subscriber.recv_multipart()
+            message = self.session.deserialize(self.session.feed_identities(frames)[1])
+            if message["msg_type"] == "stream":
+                return dict(message["content"])
+        raise AssertionError(f"no stream message within {wait_ms} ms")
 
 
 @pytest.fixture
-def iopub() -> Iterator[tuple[ListenedIOPub, zmq.Socket[bytes], Session]]:
+def iopub() -> Iterator[IOPub]:
     context = zmq.Context()
     publisher = context.socket(zmq.XPUB)
     port = publisher.bind_to_random_port("tcp://127.0.0.1")
@@ -55,7 +71,7 @@ def iopub() -> Iterator[tuple[ListenedIOPub, zmq.Socket[bytes], Session]]:
     subscriber.connect(f"tcp://127.0.0.1:{port}")
     assert thread.subscribed.wait(RECEIVE_MS / 1000)
     try:
-        yield thread, subscriber, session
+        yield IOPub(thread, subscriber, session)
     finally:
         thread.stop()  # type: ignore[no-untyped-call]
         thread.close()  # type: ignore[no-untyped-call]
@@ -63,44 +79,27 @@ def iopub() -> Iterator[tuple[ListenedIOPub, zmq.Socket[bytes], Session]]:
         context.term()
 
 
-def test_a_flush_with_nothing_written_does_not_wait_for_the_iopub_thread(
-    iopub: tuple[ListenedIOPub, zmq.Socket[bytes], Session],
-) -> None:
-    thread, _, session = iopub
-    stream = quiet_stream(thread, session, "stdout")
-    counted = _Counted(thread.schedule)
-    thread.schedule = counted  # type: ignore[method-assign]
-    for _ in range(5):
-        stream.flush()
-    assert counted.calls == 0
+def test_a_flush_with_nothing_written_does_not_wait_for_the_iopub_thread(iopub: IOPub) -> None:
+    assert iopub.trips(iopub.stream("stdout"), flushes=5) == 0
 
 
-def test_what_was_written_is_sent_by_the_end_of_the_flush(
-    iopub: tuple[ListenedIOPub, zmq.Socket[bytes], Session],
-) -> None:
-    thread, subscriber, session = iopub
-    stream = quiet_stream(thread, session, "stderr")
+def test_what_was_written_is_sent_by_the_end_of_the_flush(iopub: IOPub) -> None:
+    stream = iopub.stream("stderr")
     stream.flush_interval = 60.0  # only the flush below can send it in time
     stream.write("from the host\n")
     stream.flush()
-    assert next_stream(subscriber, session, 0) == {"name": "stderr", "text": "from the host\n"}
-    counted = _Counted(thread.schedule)
-    thread.schedule = counted  # type: ignore[method-assign]
-    stream.flush()  # sent: nothing is pending any more
-    assert counted.calls == 0
+    assert iopub.next_stream(0) == {"name": "stderr", "text": "from the host\n"}
+    assert iopub.trips(stream) == 0  # sent: nothing is pending any more
 
 
-def test_a_write_from_another_thread_between_flushes_is_sent(
-    iopub: tuple[ListenedIOPub, zmq.Socket[bytes], Session],
-) -> None:
-    thread, subscriber, session = iopub
-    stream = quiet_stream(thread, session, "stdout")
+def test_a_write_from_another_thread_between_flushes_is_sent(iopub: IOPub) -> None:
+    stream = iopub.stream("stdout")
     stream.flush()
     writer = threading.Thread(target=stream.write, args=("late\n",))
     writer.start()
     writer.join()
-    stream.flush()
-    assert next_stream(subscriber, session, RECEIVE_MS)["text"] == "late\n"
+    assert iopub.trips(stream) > 0
+    assert iopub.next_stream(RECEIVE_MS)["text"] == "late\n"
 
 
 def test_the_kernel_application_uses_it() -> None:
