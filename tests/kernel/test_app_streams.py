@@ -73,7 +73,13 @@ def iopub() -> Iterator[IOPub]:
     try:
         yield IOPub(thread, subscriber, session)
     finally:
-        thread.stop()  # type: ignore[no-untyped-call]
+        # The loop stopped from inside lets the thread cancel its own tasks before it ends
+        # (ipykernel's stop() leaves one pending, and Python complains of it at exit).
+        thread.io_loop.add_callback(thread.io_loop.stop)
+        thread.thread.join(RECEIVE_MS / 1000)
+        assert not thread.thread.is_alive()
+        for pipe in thread._event_pipes.values():
+            pipe.close()
         thread.close()  # type: ignore[no-untyped-call]
         subscriber.close(linger=0)
         context.term()
