@@ -34,11 +34,15 @@ KERNELS = ("python3", "sandbox-python")
 SETTLE_SECONDS = 3.0  # after a start, both kernels finish their own background start-up work
 
 
-def start(name: str, cwd: str) -> tuple[KernelManager, Any, float, float]:
-    """A started kernel, its client, seconds to kernel_info_reply and to a first cell's reply."""
+def start(
+    name: str, cwd: str, extra: tuple[str, ...] = ()
+) -> tuple[KernelManager, Any, float, float]:
+    """A started kernel (`extra`: arguments after its spec's), its client, seconds to
+    kernel_info_reply and to a first cell's reply."""
     began = time.perf_counter()
     manager = KernelManager(kernel_name=name)
-    manager.start_kernel(cwd=cwd, env={**os.environ, "SANDBOX_KERNEL_WORKSPACE": cwd})
+    env = {**os.environ, "SANDBOX_KERNEL_WORKSPACE": cwd}
+    manager.start_kernel(cwd=cwd, env=env, extra_arguments=list(extra))
     client = manager.client()
     client.start_channels()
     client.wait_for_ready(timeout=120)

@@ -1,0 +1,57 @@
+"""The host's quiet stdout and stderr (`QuietOutStream`), measured against ipykernel's own
+`OutStream` in the same run: the same sandbox-python kernel started alternately with each.
+
+    .venv/bin/python bench/bench_host_streams.py [BLOCKS] [ROUNDS] [INTERRUPTS]
+
+Each block starts one kernel of each kind in turn (one up at a time), pauses, then times
+ROUNDS trivial round trips (default 200) and INTERRUPTS interrupts (default 10). Prints the
+medians over all blocks (default 4) and their ratio, quiet over ipykernel's.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import tempfile
+import time
+
+from bench_kernel import SETTLE_SECONDS, interrupt, round_trip, start
+
+ARMS = {
+    "ipykernel OutStream": ("--SandboxKernelApp.outstream_class=ipykernel.iostream.OutStream",),
+    "QuietOutStream": (),
+}
+
+
+def main() -> int:
+    blocks = int(sys.argv[1]) if len(sys.argv) > 1 else 4
+    rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 200
+    interrupts = int(sys.argv[3]) if len(sys.argv) > 3 else 10
+    taken: dict[str, dict[str, list[float]]] = {
+        arm: {"round_trip": [], "interrupt": []} for arm in ARMS
+    }
+    with tempfile.TemporaryDirectory(prefix="bench-streams-") as folder:
+        for _ in range(blocks):
+            for arm, extra in ARMS.items():
+                manager, client, _, _ = start("sandbox-python", folder, extra)
+                try:
+                    time.sleep(SETTLE_SECONDS)
+                    for _ in range(10):
+                        round_trip(client, "x = 1")
+                    taken[arm]["round_trip"] += [round_trip(client, "x = 1") for _ in range(rounds)]
+                    taken[arm]["interrupt"] += [
+                        interrupt(manager, client) for _ in range(interrupts)
+                    ]
+                finally:
+                    client.stop_channels()
+                    manager.shutdown_kernel(now=True)
+    base, quiet = taken["ipykernel OutStream"], taken["QuietOutStream"]
+    print(f"{'median':<12}{'OutStream':>12}{'Quiet':>12}{'ratio':>9}")
+    for key in ("round_trip", "interrupt"):
+        before, after = statistics.median(base[key]), statistics.median(quiet[key])
+        print(f"{key:<12}{before * 1e3:>10.2f}ms{after * 1e3:>10.2f}ms{after / before:>8.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
