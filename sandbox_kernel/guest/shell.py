@@ -47,6 +47,9 @@ _SCRIPT_CELL_MAGICS = ("script", "bash", "sh", "perl", "ruby", "python2", "pytho
 _PROCESS_LINE_MAGICS = ("sx", "system", "conda", "mamba", "micromamba", "uv")
 # `!pip install x` and its spellings: %pip, which the sandbox has (packages.py).
 _PIP_COMMAND = re.compile(r"^\s*(?:pip3?|python3?\s+-m\s+pip)(?:\s+(.*))?$", re.DOTALL)
+# What warm_tracebacks() formats: a cell's kind of traceback, through a function of the cell.
+_WARM_UP_CELL = "def warm_up():\n    return 1 / 0\n\nwarm_up()\n"
+_MISSED_FILES = 256  # files without a module remembered at most (_module_lookups_once)
 
 
 class NoProcessesError(OSError):
@@ -116,8 +119,29 @@ def start(driver: Any, main_module: Any) -> Any:
     _lexer_once()
     _styles_once()
     _format_once(shell.InteractiveTB)
-    _warm_tracebacks(shell)
+    _module_lookups_once()
+    _library_sources_once()
     return shell
+
+
+def warm_tracebacks() -> None:
+    """Format a traceback as a cell's error is formatted, once the session's modules are
+    imported: the warm image is taken after this, so a user's first error does not pay for
+    what IPython, stack_data and pygments work out once (a map from every imported module's
+    file to the module, a stat through WASI per file; the lexer's rules; the parsers' first
+    use): 12 ms off a first `1/0`, 150 ms off a first pandas KeyError."""
+    import linecache
+
+    from IPython import get_ipython
+
+    name = "<sandbox-warm-up>"
+    linecache.cache[name] = (len(_WARM_UP_CELL), None, _WARM_UP_CELL.splitlines(True), name)
+    try:
+        exec(compile(_WARM_UP_CELL, name, "exec"), {})
+    except ZeroDivisionError:
+        get_ipython().InteractiveTB.structured_traceback(*sys.exc_info())
+    finally:
+        linecache.cache.pop(name, None)
 
 
 def _lexer_once() -> None:
@@ -194,13 +218,75 @@ def _format_once(formatter: Any) -> None:
     formatter.structured_traceback = formatted_once
 
 
-def _warm_tracebacks(shell: Any) -> None:
-    """Format one traceback now, so what IPython imports and caches for the first one is in the
-    session's warm image rather than in a user's first error (790 M instructions)."""
-    try:
-        exec(compile("raise ValueError('warm-up')", "<sandbox-warm-up>", "exec"), {})
-    except ValueError:
-        shell.InteractiveTB.structured_traceback(*sys.exc_info())
+def _module_lookups_once() -> None:
+    """Tracebacks without looking through every loaded module again for a file no module has.
+
+    For a frame whose file is no module's (Cython's `pandas/_libs/index.pyx`, `<string>`),
+    `inspect.getmodule` walks all of sys.modules (1,100 in a pandas session, 2-3 ms each
+    here), and a pandas KeyError's traceback asks 16 times. Such a file stays unknown until
+    sys.modules or the working folder change, or inspect learns the file otherwise, so the
+    answer is kept until then. Objects found otherwise than by their file are asked as
+    before."""
+    import functools
+
+    getmodule = inspect.getmodule
+    missed: dict[tuple[str, str | None], str | None] = {}  # (file, _filename): absolute file
+    missed_when: list[Any] = []  # sys.modules and the working folder when `missed` was made
+
+    def unchanged() -> bool:
+        return bool(missed_when) and missed_when[1] == os.getcwd() and missed_when[0] == sys.modules
+
+    @functools.wraps(getmodule)
+    def module_of(object: Any, _filename: str | None = None) -> Any:
+        if inspect.ismodule(object) or hasattr(object, "__module__") or hasattr(object, "__name__"):
+            return getmodule(object, _filename)
+        try:
+            key = (inspect.getfile(object), _filename)
+        except TypeError:
+            return getmodule(object, _filename)
+        if key in missed and missed[key] not in inspect.modulesbyfile and unchanged():
+            return None
+        module = getmodule(object, _filename)
+        if module is None:
+            if not unchanged() or len(missed) >= _MISSED_FILES:
+                missed.clear()
+                missed_when[:] = (dict(sys.modules), os.getcwd())
+            try:
+                missed[key] = inspect.getabsfile(object, _filename)
+            except (TypeError, FileNotFoundError):
+                missed[key] = None
+        return module
+
+    inspect.getmodule = module_of
+
+
+def _library_sources_once() -> None:
+    """Tracebacks without asking the host whether a library's file exists for every frame of
+    every traceback, IPython's own included (`inspect.getsourcefile`: a stat through WASI,
+    0.1-0.2 ms). The standard library and the guest library are mounted read only, so a
+    file's first answer stays true; files anywhere else are asked each time, as before."""
+    import functools
+
+    import IPython
+
+    getsourcefile = inspect.getsourcefile
+    libraries = (os.path.dirname(os.__file__), os.path.dirname(os.path.dirname(IPython.__file__)))
+    read_only = tuple(folder + "/" for folder in libraries)
+    sources: dict[str, str] = {}
+
+    @functools.wraps(getsourcefile)
+    def source_file_of(object: Any) -> str | None:
+        filename = inspect.getfile(object)
+        if not filename.startswith(read_only):
+            return getsourcefile(object)
+        known = sources.get(filename)
+        if known is None:
+            known = getsourcefile(object)
+            if known is not None:
+                sources[filename] = known
+        return known
+
+    inspect.getsourcefile = source_file_of
 
 
 def _output_classes(driver: Any) -> tuple[Any, Any]:

@@ -136,9 +136,11 @@ def _install_call(**arguments: object) -> str:
     return f"__import__('sys').modules['sandbox_kernel_driver'].install({given}) and None\n"
 
 
-def _warm_imports(modules: tuple[str, ...]) -> str:
+def _warm_imports(modules: tuple[str, ...], ipython: bool = False) -> str:
     """A turn that imports `modules` without binding their names: a session starts with the
-    names an ordinary Python session has (`numpy` is there once a cell imports it).
+    names an ordinary Python session has (`numpy` is there once a cell imports it). With
+    IPython, a traceback is then formatted once (shell.warm_tracebacks), so that what it works
+    out about the imported modules is in the image rather than in a user's first error.
 
     It ends by moving every object alive into the collector's permanent generation
     (`gc.freeze()`, as forking servers do before they fork): a later collection walks only
@@ -146,6 +148,8 @@ def _warm_imports(modules: tuple[str, ...]) -> str:
     object it visits, and made all 40 MB of an IPython session's heap a kernel's own copy."""
     name = "__sandbox_kernel_module__"
     imports = f"for {name} in {modules!r}:\n    __import__({name})\ndel {name}\n"
+    if ipython:
+        imports += "__import__('sys').modules['sandbox_kernel_shell'].warm_tracebacks()\n"
     return imports + "__import__('gc').collect()\n__import__('gc').freeze()\n"
 
 
@@ -237,7 +241,7 @@ class ReplSandbox(ContextManagedSession):
         # IPython is worth an image by itself: importing it costs seconds.
         wanted = self.config.warm_start_modules or (("IPython",) if ipython else ())
         workspace = policy.guest_mount_path
-        driver = driver_source(ipython, workspace, workdir) + _warm_imports(wanted)
+        driver = driver_source(ipython, workspace, workdir) + _warm_imports(wanted, ipython)
         saved = warm.load(image, driver, wanted, layout)
         if saved is not None and len(saved.data) <= policy.memory_bytes:
             self._session.restore(saved)
@@ -247,7 +251,7 @@ class ReplSandbox(ContextManagedSession):
         if self.bridge.flag_magic is not None:
             self._session.locate_flag(self.bridge.flag_magic)
         if wanted:
-            self._setup_turn(_warm_imports(wanted))
+            self._setup_turn(_warm_imports(wanted, ipython))
             warm.save(image, driver, wanted, self._session, layout)
 
     def _setup_turn(self, source: str, *, hello: bool = False) -> None:

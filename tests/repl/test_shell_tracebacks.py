@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -110,3 +111,90 @@ def test_an_error_is_formatted_once_and_kept_as_shown(session: ReplSandbox) -> N
         "len(calls)"
     )
     assert counted.result == {"text/plain": "1"}, counted
+
+
+def test_a_file_no_module_has_is_looked_for_once(session: ReplSandbox) -> None:
+    """inspect.getmodule walks every loaded module for a file no module has (Cython's .pyx
+    frames, exec'd code); the walk is made again only once something it saw has changed:
+    a new module, a file inspect learnt otherwise. Every answer is inspect's own."""
+    done = session.execute(
+        "import inspect, os, sys, types\n"
+        "def frame_of(filename):\n"
+        "    try:\n"
+        "        exec(compile('raise ValueError', filename, 'exec'), {})\n"
+        "    except ValueError as exc:\n"
+        "        return exc.__traceback__.tb_next.tb_frame\n"
+        "frame, original = frame_of('pkg/_lib.pyx'), inspect.getmodule.__wrapped__\n"
+        "walked, ismodule = [], inspect.ismodule\n"
+        "inspect.ismodule = lambda o: walked.append(o) or ismodule(o)\n"
+        "def asked():\n"
+        "    walked.clear()\n"
+        "    module = inspect.getmodule(frame)\n"
+        "    return module, len(walked) >= len(sys.modules)\n"
+        "try:\n"
+        "    first, again = asked(), asked()\n"
+        "    module = types.ModuleType('pkg._lib')\n"
+        "    module.__file__ = os.path.abspath('pkg/_lib.pyx')\n"
+        "    sys.modules['pkg._lib'] = module\n"
+        "    imported = asked()\n"
+        "    del sys.modules['pkg._lib']\n"
+        "    other = frame_of('pkg/_other.pyx')\n"
+        "    frame = other\n"
+        "    missed = asked()\n"
+        "    inspect.modulesbyfile[os.path.abspath('pkg/_other.pyx')] = 'json'\n"
+        "    learnt = asked()\n"
+        "finally:\n"
+        "    inspect.ismodule = ismodule\n"
+        "    inspect.modulesbyfile.pop(os.path.abspath('pkg/_other.pyx'), None)\n"
+        "(first, again, imported[0] is module, imported[1], missed, learnt[0].__name__,\n"
+        " original(other) is None)"
+    )
+    expected = "((None, True), (None, False), True, True, (None, True), 'json', True)"
+    assert done.result == {"text/plain": expected}, done
+
+
+def test_a_library_file_is_asked_for_once(session: ReplSandbox) -> None:
+    """inspect.getsourcefile stats a file for every frame of every traceback; for the
+    read-only libraries (the standard library, IPython's) the first answer is kept, for files
+    anywhere else it is asked again. The answers are inspect's own."""
+    done = session.execute(
+        "import inspect, os, json.decoder, IPython.core.interactiveshell as shell\n"
+        "from pathlib import Path\n"
+        "Path('mine.py').write_text('def f():\\n    pass\\n')\n"
+        "import mine\n"
+        "stats, stat = [], os.stat\n"
+        "os.stat = lambda *a, **k: stats.append(a[0]) or stat(*a, **k)\n"
+        "def asked(code):\n"
+        "    stats.clear()\n"
+        "    found, asks = inspect.getsourcefile(code), len(stats)\n"
+        "    return found == inspect.getsourcefile.__wrapped__(code), asks\n"
+        "try:\n"
+        "    library = [asked(c) for c in (json.decoder.JSONDecoder.decode.__code__,\n"
+        "                                  shell.InteractiveShell.run_code.__code__) * 2]\n"
+        "    workspace = [asked(mine.f.__code__) for _ in range(2)]\n"
+        "finally:\n"
+        "    os.stat = stat\n"
+        "([same for same, _ in library + workspace], [n for _, n in library[2:]],\n"
+        " min(n for _, n in workspace) > 0)"
+    )
+    expected = "([True, True, True, True, True, True], [0, 0], True)"
+    assert done.result == {"text/plain": expected}, done
+
+
+def test_a_first_error_does_not_look_up_the_imported_modules(tmp_path: Path) -> None:
+    """The warm image is taken after a traceback has been formatted with the session's
+    modules imported: a user's first error through numpy does not look up where each of the
+    modules imported with it lives (150 ms in a pandas session)."""
+    config = REPLConfig(
+        ipython=True, policy=POLICY, workspace=tmp_path, warm_start_modules=("numpy", "pandas")
+    )
+    with ReplSandbox(config) as repl:
+        repl.execute(
+            "import os.path, numpy\n"
+            "looked_up, realpath = [], os.path.realpath\n"
+            "os.path.realpath = lambda p, **k: looked_up.append(p) or realpath(p, **k)"
+        )
+        failed = repl.execute("numpy.linalg.inv(numpy.zeros((2, 3)))")
+        counted = repl.execute("os.path.realpath = realpath\nlen(looked_up)")
+    assert failed.ename == "LinAlgError" and "_linalg.py" in _plain(failed.traceback), failed
+    assert counted.result == {"text/plain": "0"}, counted
