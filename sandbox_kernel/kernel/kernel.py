@@ -346,7 +346,9 @@ class SandboxKernel(Kernel):
         self._removed = []
         before = snapshot(self.settings.workspace, limit=LISTING_LIMIT)
         try:
-            execution = await asyncio.to_thread(self._run, plan.code, silent)
+            execution, error, payload = await asyncio.to_thread(
+                self._run_and_publish, plan.code, count, silent
+            )
         finally:
             self._silent = False
         if store_history and not silent:
@@ -354,7 +356,7 @@ class SandboxKernel(Kernel):
         expressions: dict[str, Any] = {}
         if user_expressions:  # a thread hop only when there is something to evaluate
             expressions = await asyncio.to_thread(self._user_expressions, user_expressions)
-        reply = self._publish(execution, count, silent, expressions)
+        reply = messages.execute_reply(execution, count, expressions, error, payload)
         removed = list(self._removed)
 
         def record() -> None:  # once the reply has gone (execute_request)
@@ -390,6 +392,16 @@ class SandboxKernel(Kernel):
             repl = getattr(self, "repl", None)
             if repl is not None:
                 repl.take_image()
+
+    def _run_and_publish(
+        self, code: str, count: int, silent: bool
+    ) -> tuple[CodeExecution, dict[str, Any] | None, list[dict[str, Any]]]:
+        """On a worker thread: the cell, then its result and error published from there, so
+        that the IOPub thread sends them while the event loop takes the execution back (the
+        reply waits for them: _outputs_sent). Returns the execution, its error content and the
+        payloads the reply carries."""
+        execution = self._run(code, silent)
+        return (execution, *self._publish(execution, count, silent))
 
     def _run(self, code: str, silent: bool) -> CodeExecution:
         """On a worker thread: the cell, its output batched to this request."""
@@ -440,12 +452,10 @@ class SandboxKernel(Kernel):
         }
 
     def _publish(
-        self,
-        execution: CodeExecution,
-        count: int,
-        silent: bool,
-        expressions: dict[str, Any],
-    ) -> dict[str, Any]:
+        self, execution: CodeExecution, count: int, silent: bool
+    ) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+        """The execution's result and error on IOPub (unless silent); its error content and the
+        payloads that pass the firewall, for the reply."""
         error = messages.error_content(execution)
         if not silent:
             if execution.result:
@@ -458,7 +468,7 @@ class SandboxKernel(Kernel):
         if removed and not silent:
             self._removed.extend(removed)
             self._stream("stderr", removal_note(removed))
-        return messages.execute_reply(execution, count, expressions, error, payload)
+        return error, payload
 
     def _user_expressions(self, expressions: dict[str, Any]) -> dict[str, Any]:
         """On a worker thread: all of them in one call into the guest (policy limits, ended by
