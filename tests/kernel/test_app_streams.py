@@ -5,6 +5,8 @@ stream's timer)."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -59,6 +61,24 @@ class IOPub:
         raise AssertionError(f"no stream message within {wait_ms} ms")
 
 
+def _stop_from_inside(thread: ListenedIOPub) -> None:
+    """End the iopub thread's loop from inside it, once its own task is cancelled and done
+    (ipykernel's stop() leaves that task pending, and Python complains of it at exit).
+    `_stopped` first, as ipykernel's stop() does: a stop that lands while the thread is still
+    starting its loop is otherwise taken by that start, and the loop then runs forever."""
+    task: asyncio.Task[None] | None = thread._event_pipe_gc_task
+
+    async def finish() -> None:
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        thread.io_loop.stop()
+
+    thread._stopped = True
+    thread.io_loop.add_callback(finish)
+
+
 @pytest.fixture
 def iopub() -> Iterator[IOPub]:
     context = zmq.Context()
@@ -74,9 +94,7 @@ def iopub() -> Iterator[IOPub]:
     try:
         yield IOPub(thread, subscriber, session)
     finally:
-        # The loop stopped from inside lets the thread cancel its own tasks before it ends
-        # (ipykernel's stop() leaves one pending, and Python complains of it at exit).
-        thread.io_loop.add_callback(thread.io_loop.stop)
+        _stop_from_inside(thread)
         thread.thread.join(RECEIVE_MS / 1000)
         assert not thread.thread.is_alive()
         for pipe in thread._event_pipes.values():
