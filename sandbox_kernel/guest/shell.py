@@ -234,7 +234,12 @@ def _module_lookups_once() -> None:
     missed_when: list[Any] = []  # sys.modules and the working folder when `missed` was made
 
     def unchanged() -> bool:
-        return bool(missed_when) and missed_when[1] == os.getcwd() and missed_when[0] == sys.modules
+        if not missed_when or missed_when[1] != os.getcwd():
+            return False
+        try:
+            return bool(missed_when[0] == sys.modules)
+        except Exception:  # an entry replaced by an object whose == fails: a change
+            return False
 
     @functools.wraps(getmodule)
     def module_of(object: Any, _filename: str | None = None) -> Any:

@@ -198,3 +198,29 @@ def test_a_first_error_does_not_look_up_the_imported_modules(tmp_path: Path) -> 
         counted = repl.execute("os.path.realpath = realpath\nlen(looked_up)")
     assert failed.ename == "LinAlgError" and "_linalg.py" in _plain(failed.traceback), failed
     assert counted.result == {"text/plain": "0"}, counted
+
+
+def test_a_module_replaced_by_an_odd_object_leaves_the_lookup_working(
+    session: ReplSandbox,
+) -> None:
+    """A sys.modules entry replaced by an object whose == raises is a change like any other:
+    the lookup asks inspect again instead of failing the traceback."""
+    done = session.execute(
+        "import inspect, sys\n"
+        "class Odd:\n"
+        "    def __eq__(self, other):\n"
+        "        raise RuntimeError('no comparing me')\n"
+        "    __hash__ = object.__hash__\n"
+        "try:\n"
+        "    exec(compile('raise ValueError', 'pkg/_odd.pyx', 'exec'), {})\n"
+        "except ValueError as exc:\n"
+        "    frame = exc.__traceback__.tb_next.tb_frame\n"
+        "first, kept = inspect.getmodule(frame), sys.modules['json']\n"
+        "sys.modules['json'] = Odd()\n"
+        "try:\n"
+        "    again = inspect.getmodule(frame)\n"
+        "finally:\n"
+        "    sys.modules['json'] = kept\n"
+        "first, again"
+    )
+    assert done.result == {"text/plain": "(None, None)"}, done
