@@ -23,7 +23,7 @@ import tempfile
 import time
 from typing import Any
 
-from bench_kernel import SETTLE_SECONDS, start
+from bench_kernel import SETTLE_SECONDS, running
 
 KEY_ERROR = "pd.DataFrame({'a': [1]})['b']"
 DIVISION = "1 / 0"
@@ -47,8 +47,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="bench-errors-") as folder:
         for _ in range(blocks):
             for name in KERNELS:
-                manager, client, _, _ = start(name, folder)
-                try:
+                with running(name, folder) as (_, client, _, _):
                     imported = client.execute("import pandas as pd", reply=True, timeout=120)
                     assert imported["content"]["status"] == "ok", imported["content"]
                     time.sleep(SETTLE_SECONDS)
@@ -60,9 +59,6 @@ def main() -> int:
                     samples["1/0"] += [
                         failing(client, DIVISION, "ZeroDivisionError") for _ in range(errors)
                     ]
-                finally:
-                    client.stop_channels()
-                    manager.shutdown_kernel(now=True)
     base, ours = taken["sandbox-baseline"], taken["sandbox-python"]
     print(f"{'median':<13}{'ipykernel':>12}{'sandbox':>12}{'ratio':>9}")
     for key in base:

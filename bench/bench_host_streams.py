@@ -15,7 +15,7 @@ import sys
 import tempfile
 import time
 
-from bench_kernel import SETTLE_SECONDS, interrupt, round_trip, start
+from bench_kernel import SETTLE_SECONDS, interrupt, round_trip, running
 
 ARMS = {
     "ipykernel OutStream": ("--SandboxKernelApp.outstream_class=ipykernel.iostream.OutStream",),
@@ -33,8 +33,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="bench-streams-") as folder:
         for _ in range(blocks):
             for arm, extra in ARMS.items():
-                manager, client, _, _ = start("sandbox-python", folder, extra)
-                try:
+                with running("sandbox-python", folder, extra) as (manager, client, _, _):
                     time.sleep(SETTLE_SECONDS)
                     for _ in range(10):
                         round_trip(client, "x = 1")
@@ -42,9 +41,6 @@ def main() -> int:
                     taken[arm]["interrupt"] += [
                         interrupt(manager, client) for _ in range(interrupts)
                     ]
-                finally:
-                    client.stop_channels()
-                    manager.shutdown_kernel(now=True)
     base, quiet = taken["ipykernel OutStream"], taken["QuietOutStream"]
     print(f"{'median':<12}{'OutStream':>12}{'Quiet':>12}{'ratio':>9}")
     for key in ("round_trip", "interrupt"):

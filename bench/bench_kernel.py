@@ -20,12 +20,14 @@ within a few per cent.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import statistics
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from jupyter_client.manager import KernelManager
@@ -49,6 +51,19 @@ def start(
     ready = time.perf_counter() - began
     round_trip(client, "x = 1")
     return manager, client, ready, time.perf_counter() - began
+
+
+@contextlib.contextmanager
+def running(
+    name: str, cwd: str, extra: tuple[str, ...] = ()
+) -> Iterator[tuple[KernelManager, Any, float, float]]:
+    """start()'s kernel, shut down (its client's channels first) when the block ends."""
+    manager, client, ready, first = start(name, cwd, extra)
+    try:
+        yield manager, client, ready, first
+    finally:
+        client.stop_channels()
+        manager.shutdown_kernel(now=True)
 
 
 def round_trip(client: Any, code: str) -> float:
@@ -84,11 +99,10 @@ def measure(rounds: int, interrupts: int = 30, blocks: int = 3) -> dict[str, dic
     with tempfile.TemporaryDirectory(prefix="bench-kernel-") as folder:
         for _ in range(blocks):
             for name in KERNELS:
-                manager, client, ready, first = start(name, folder)
-                taken = samples[name]
-                taken["start"].append(ready)
-                taken["first_cell"].append(first)
-                try:
+                with running(name, folder) as (manager, client, ready, first):
+                    taken = samples[name]
+                    taken["start"].append(ready)
+                    taken["first_cell"].append(first)
                     time.sleep(SETTLE_SECONDS)
                     for _ in range(10):
                         round_trip(client, "x = 1")
@@ -96,9 +110,6 @@ def measure(rounds: int, interrupts: int = 30, blocks: int = 3) -> dict[str, dic
                         taken["round_trip"].append(round_trip(client, "x = 1"))
                     for _ in range(max(1, interrupts // blocks)):
                         taken["interrupt"].append(interrupt(manager, client))
-                finally:
-                    client.stop_channels()
-                    manager.shutdown_kernel(now=True)
     return {
         name: {key: statistics.median(values) for key, values in taken.items()}
         for name, taken in samples.items()

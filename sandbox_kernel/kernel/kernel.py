@@ -346,9 +346,7 @@ class SandboxKernel(Kernel):
         self._removed = []
         before = snapshot(self.settings.workspace, limit=LISTING_LIMIT)
         try:
-            execution, error, payload = await asyncio.to_thread(
-                self._run_and_publish, plan.code, count, silent
-            )
+            execution, error, payload = await asyncio.to_thread(self._run, plan.code, count, silent)
         finally:
             self._silent = False
         if store_history and not silent:
@@ -393,28 +391,25 @@ class SandboxKernel(Kernel):
             if repl is not None:
                 repl.take_image()
 
-    def _run_and_publish(
+    def _run(
         self, code: str, count: int, silent: bool
     ) -> tuple[CodeExecution, dict[str, Any] | None, list[dict[str, Any]]]:
-        """On a worker thread: the cell, then its result and error published from there, so
-        that the IOPub thread sends them while the event loop takes the execution back (the
-        reply waits for them: _outputs_sent). Returns the execution, its error content and the
-        payloads the reply carries."""
-        execution = self._run(code, silent)
-        return (execution, *self._publish(execution, count, silent))
-
-    def _run(self, code: str, silent: bool) -> CodeExecution:
-        """On a worker thread: the cell, its output batched to this request."""
+        """On a worker thread: the cell, its output batched to this request, then its result
+        and error published from here, so that the IOPub thread sends them while the event loop
+        takes the execution back (the reply waits for them: _outputs_sent). Returns the
+        execution, its error content and the payloads the reply carries."""
         if silent:
-            return self.repl.execute(code, on_stdout=_drop, on_stderr=_drop, defer_image=True)
-        with StreamPublisher(self._send_stream, self.get_parent("shell")) as streams:
-            self._streams = streams
-            try:
-                return self.repl.execute(
-                    code, on_stdout=streams.stdout, on_stderr=streams.stderr, defer_image=True
-                )
-            finally:
-                self._streams = None
+            execution = self.repl.execute(code, on_stdout=_drop, on_stderr=_drop, defer_image=True)
+        else:
+            with StreamPublisher(self._send_stream, self.get_parent("shell")) as streams:
+                self._streams = streams
+                try:
+                    execution = self.repl.execute(
+                        code, on_stdout=streams.stdout, on_stderr=streams.stderr, defer_image=True
+                    )
+                finally:
+                    self._streams = None
+        return (execution, *self._publish(execution, count, silent))
 
     def _magic_reply(self, handled: magics.MagicResult, count: int, silent: bool) -> dict[str, Any]:
         if handled.text and not silent:
