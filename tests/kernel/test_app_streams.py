@@ -19,6 +19,7 @@ from jupyter_client.session import Session
 from sandbox_kernel.kernel.app import ListenedIOPub, QuietOutStream, SandboxKernelApp
 
 RECEIVE_MS = 5000
+_START_TURNS = 3  # turns of the iopub loop past its start (_loop_started)
 
 
 @dataclass
@@ -61,14 +62,25 @@ class IOPub:
         raise AssertionError(f"no stream message within {wait_ms} ms")
 
 
+def _loop_started(thread: ListenedIOPub) -> None:
+    """Wait until the iopub thread runs its lasting loop. It first runs the loop briefly
+    (`run_sync`, a few turns) to start its own task, and may already answer the subscriber
+    then; a callback that lands in those turns runs there, and a stop is taken by them. Three
+    turns of the loop, one after another, are past them."""
+    for _ in range(_START_TURNS):
+        turned = threading.Event()
+        thread.io_loop.add_callback(turned.set)
+        assert turned.wait(RECEIVE_MS / 1000)
+
+
 def _stop_from_inside(thread: ListenedIOPub) -> None:
     """End the iopub thread's loop from inside it, once its own task is cancelled and done
     (ipykernel's stop() leaves that task pending, and Python complains of it at exit).
     `_stopped` first, as ipykernel's stop() does: a stop that lands while the thread is still
     starting its loop is otherwise taken by that start, and the loop then runs forever."""
-    task: asyncio.Task[None] | None = thread._event_pipe_gc_task
 
     async def finish() -> None:
+        task: asyncio.Task[None] | None = thread._event_pipe_gc_task
         if task is not None:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -91,6 +103,7 @@ def iopub() -> Iterator[IOPub]:
     subscriber.setsockopt(zmq.SUBSCRIBE, b"")
     subscriber.connect(f"tcp://127.0.0.1:{port}")
     assert thread.subscribed.wait(RECEIVE_MS / 1000)
+    _loop_started(thread)
     try:
         yield IOPub(thread, subscriber, session)
     finally:
