@@ -76,7 +76,7 @@ COMPARED = [
     Cell("import sys\nprint('err', file=sys.stderr)"),
     Cell("raise ValueError('bad value')"),
     Cell("undefined_name"),
-    Cell("def broken(:", text=False),  # the file name differs: ipykernel names cells by hash
+    Cell("def broken(:"),  # the message names the cell's file: the same hash on both
     Cell("%history -n -l 1", text=False),
     Cell("get_ipython().__class__.__mro__[-2].__name__"),
 ]
@@ -165,6 +165,52 @@ def test_an_interrupt_shows_the_users_line_as_on_ipykernel(
         shown.append(_frames(execution))
     assert shown[0] == shown[1]
     assert not any("sandbox" in line for line in shown[0])
+
+
+# Errors whose output is compared byte for byte, colours included.
+TRACEBACKS = [
+    "1/0",
+    "def f():\n    return 1/0\nf()",
+    "def broken(:",
+    "  x = 1",
+    "raise ValueError('bad value')",
+    "undefined_name",
+    "import warnings\nwarnings.warn('careful')",
+    "import inspect\ndef g():\n    pass\nprint(inspect.getfile(g))",
+    "%xmode Plain",
+    "1/0",
+    "%xmode Minimal",
+    "1/0",
+    "%xmode Verbose",
+    "a = 5\n1/0",
+    "%xmode Context",
+]
+_CELL_NUMBER = re.compile(r"In\[\d+\]")
+_CELLS_FOLDER = re.compile(r"\S*/ipykernel_\d+/")  # the temporary folder and process id
+
+
+def _exact(execution: Execution) -> list[str]:
+    """An execution's streams and errors to the byte, cell numbers and process id masked."""
+    shown = []
+    for output in execution.outputs:
+        if output.msg_type == "stream":
+            shown.append(output.content["text"])
+        elif output.msg_type == "error":
+            content = output.content
+            shown.extend([content["ename"], content["evalue"], *content["traceback"]])
+    return [_CELLS_FOLDER.sub("<cells>/", _CELL_NUMBER.sub("In[N]", s)) for s in shown]
+
+
+def test_tracebacks_are_ipykernels_to_the_byte(
+    fresh_kernel: RunningKernel, ipykernel: RunningKernel
+) -> None:
+    """The same colours (IPython's default theme, as ipykernel leaves it), and the cells'
+    files named by the same hash of their text: a SyntaxError's message and a warning's
+    location are ipykernel's too."""
+    for code in TRACEBACKS:
+        ours = _exact(fresh_kernel.run(code, timeout=CELL_TIMEOUT_SECONDS))
+        theirs = _exact(ipykernel.run(code, timeout=CELL_TIMEOUT_SECONDS))
+        assert ours == theirs, code
 
 
 # -- what only the sandbox shows ---------------------------------------------------------

@@ -224,3 +224,33 @@ def test_a_module_replaced_by_an_odd_object_leaves_the_lookup_working(
         "first, again"
     )
     assert done.result == {"text/plain": "(None, None)"}, done
+
+
+@pytest.mark.parametrize("size", [0, 1, 2, 3, 4, 5, 7, 8, 63, 1000])
+def test_cells_files_are_named_by_ipykernels_hash(size: int) -> None:
+    """The guest's MurmurHash2 is ipykernel's (its own pure-Python one, run on the host), for
+    every length of tail and text outside ASCII."""
+    from ipykernel.compiler import get_tmp_hash_seed, murmur2_x86
+
+    from sandbox_kernel.guest.shell import _CELL_NAME_SEED, murmur2
+
+    assert get_tmp_hash_seed() == _CELL_NAME_SEED
+    text = ("x = 'é€😀'\n" * 200)[:size]
+    assert murmur2(text.encode(), _CELL_NAME_SEED) == murmur2_x86(text, _CELL_NAME_SEED)
+
+
+def test_a_cell_run_again_is_the_same_file(session: ReplSandbox) -> None:
+    """As on ipykernel, a cell's file is named by the hash of its text, in a folder of the
+    process's own: run again, it is the same file (linecache keeps one copy of its lines),
+    and its traceback names the latest cell."""
+    from sandbox_kernel.guest.shell import _CELL_NAME_SEED, murmur2
+
+    code = "def g():\n    1 / 0\ng.__code__.co_filename"
+    names = [session.execute(code).result for _ in range(2)]
+    expected = f"/tmp/ipykernel_42/{murmur2(code.encode(), _CELL_NAME_SEED)}.py"
+    assert names == [{"text/plain": repr(expected)}] * 2, names
+    errors = [session.execute("g()") for _ in range(2)]
+    numbers = [re.findall(r"Cell In\[(\d+)\]", _plain(error.traceback)) for error in errors]
+    [[first, _], [second, _]] = numbers  # the cell that runs g(), then g's own cell
+    assert int(first) < int(second), numbers
+    assert numbers[0][1] == numbers[1][1], numbers
