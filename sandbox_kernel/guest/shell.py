@@ -26,6 +26,7 @@ Must import only the standard library at module level: IPython is imported by `s
 from __future__ import annotations
 
 import asyncio
+import errno
 import inspect
 import os
 import re
@@ -127,6 +128,7 @@ def start(driver: Any, main_module: Any) -> Any:
     _format_once(shell.InteractiveTB)
     _module_lookups_once()
     _library_sources_once()
+    _line_counts_by_stat()
     return shell
 
 
@@ -339,6 +341,29 @@ def _library_sources_once() -> None:
         return known
 
     inspect.getsourcefile = source_file_of
+
+
+def _line_counts_by_stat() -> None:
+    """Tracebacks without opening files that do not exist. For each frame IPython counts its
+    file's lines by opening it (`count_lines_in_py_file`, which keeps counts, not failures):
+    a cell's file, which does not exist (as on ipykernel), and a library's `.py`, which the
+    guest library holds compiled only, are tried again in every traceback. An open goes
+    through the host's descriptor guard (0.15-0.3 ms here), a stat does not (0.05 ms), so a
+    file that is not there is found missing by a stat; one that is there is counted as
+    before."""
+    import functools
+
+    import IPython.core.tbtools as tbtools
+
+    count_lines = tbtools.count_lines_in_py_file
+
+    @functools.wraps(count_lines)
+    def count_lines_of_a_file(filename: str) -> int:
+        if filename.endswith(".py") and not os.path.exists(filename):
+            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), filename)
+        return int(count_lines(filename))
+
+    tbtools.count_lines_in_py_file = count_lines_of_a_file
 
 
 def _output_classes(driver: Any) -> tuple[Any, Any]:

@@ -254,3 +254,38 @@ def test_a_cell_run_again_is_the_same_file(session: ReplSandbox) -> None:
     [[first, _], [second, _]] = numbers  # the cell that runs g(), then g's own cell
     assert int(first) < int(second), numbers
     assert numbers[0][1] == numbers[1][1], numbers
+
+
+def test_a_file_that_is_not_there_is_not_opened(session: ReplSandbox) -> None:
+    """IPython counts the lines of each frame's file by opening it; a cell's file (which does
+    not exist, as on ipykernel) is found missing by a stat instead, and the traceback is the
+    one IPython's own count gives. A file that is there is still counted."""
+    done = session.execute(
+        "import builtins, sys, IPython.core.tbtools as tbtools\n"
+        "def shown():\n"
+        "    try:\n"
+        "        exec(compile('1 / 0', get_ipython().compile.cache('1 / 0', 7), 'exec'), {})\n"
+        "    except ZeroDivisionError:\n"
+        "        return get_ipython().InteractiveTB.structured_traceback(*sys.exc_info())\n"
+        "opened, real_open = [], builtins.open\n"
+        "def counted_open(file, *args, **kwargs):\n"
+        "    opened.append(file)\n"
+        "    return real_open(file, *args, **kwargs)\n"
+        "builtins.open = counted_open\n"
+        "try:\n"
+        "    by_stat = shown()\n"
+        "    stat_opens = list(opened)\n"
+        "    ours, tbtools.count_lines_in_py_file = (\n"
+        "        tbtools.count_lines_in_py_file, tbtools.count_lines_in_py_file.__wrapped__)\n"
+        "    try:\n"
+        "        by_open = shown()\n"
+        "    finally:\n"
+        "        tbtools.count_lines_in_py_file = ours\n"
+        "finally:\n"
+        "    builtins.open = real_open\n"
+        "with open('counted.py', 'w') as f:\n"
+        "    f.write('a = 1\\nb = 2\\n')\n"
+        "stat_opens, len(opened) - len(stat_opens), by_stat == by_open, ours('counted.py')"
+    )
+    # Opened by IPython's count: this cell's file and the compiled one's, its two frames.
+    assert done.result == {"text/plain": "([], 2, True, 2)"}, done
