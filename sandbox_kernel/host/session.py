@@ -297,6 +297,9 @@ class GuestSession:
         self._store: wasmtime.Store | None = None
         self._instance: wasmtime.Instance | None = None
         self._base = 0  # host address of linear memory, for the soft-interrupt write
+        # Held by soft_interrupt() while it writes the flag, and by _release_store() while it
+        # unsets _base: a cancel from another thread never writes into a released memory.
+        self._memory_lock = threading.Lock()
         # The write watch over the current instance's memory, and the image that memory equalled
         # when the watch last looked (the only image a capture may patch instead of copy).
         self._watch: WriteWatch | None = None
@@ -341,6 +344,8 @@ class GuestSession:
             raise wasmtime.Trap(f"sandbox {stop.reason}") from None
 
     def _release_store(self) -> None:
+        with self._memory_lock:
+            self._base = 0  # before the memory goes: a cancel racing a rollback finds none
         self._unwatch()
         if self._store is not None:
             close_store(self._store)
@@ -426,10 +431,11 @@ class GuestSession:
     def soft_interrupt(self) -> bool:
         """Ask the running cell to raise KeyboardInterrupt at its next loop check; False when
         the driver has not registered its flag (nothing to write)."""
-        if self.flag_address is None or self._base == 0:
-            return False
-        ctypes.c_uint8.from_address(self._base + self.flag_address).value = 1
-        return True
+        with self._memory_lock:
+            if self.flag_address is None or self._base == 0:
+                return False
+            ctypes.c_uint8.from_address(self._base + self.flag_address).value = 1
+            return True
 
     def hard_stop(self) -> None:
         """Stop the running turn now: its waits end and the guest traps at its next check."""

@@ -10,6 +10,8 @@ rollback. Nothing they did may survive it, and the session must go on.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -92,3 +94,58 @@ def test_a_deferred_image_is_the_state_a_rollback_returns_to(
     assert plain(repl.execute("kept['n'], bytes(blob[:5])")) == "(5, b'dddda')"
     repl.take_image()  # nothing deferred: nothing to do
     assert plain(repl.execute("kept['n']")) == "5"
+
+
+# Run in a process of its own: without the guard, the flag's write lands in released memory
+# and the process dies of SIGSEGV.
+_INTERRUPTS_DURING_ROLLBACKS = """
+import sys, threading, time
+from pathlib import Path
+from sandbox_kernel import ExecutionStatus
+from tests.repl.conftest import new_repl, repl_config
+
+repl = new_repl(repl_config(Path(sys.argv[1]), interrupt_grace_seconds=0.1))
+repl.execute("kept = 1")
+stop = threading.Event()
+
+def hammer():  # the flag's write at any moment, as a cancel that passed its check just before
+    while not stop.is_set():
+        session = repl._session
+        if session is not None:
+            session.soft_interrupt()
+        time.sleep(0)  # lets the cell's thread have the GIL between writes
+
+thread = threading.Thread(target=hammer)
+thread.start()
+try:
+    for _ in range(4):
+        timer = threading.Timer(0.2, repl.cancel)
+        timer.start()
+        stopped = repl.execute("sum(range(10**13))")  # no loop check: stopped the hard way
+        timer.cancel()
+        assert stopped.status is ExecutionStatus.CANCELLED and stopped.rolled_back, stopped
+finally:
+    stop.set()
+    thread.join()
+session = repl._session
+repl._join_capture()
+session._release_store()  # as close() and a rollback do, before the next instance exists
+print("refused after release:", session.soft_interrupt() is False)
+"""
+
+
+def test_interrupts_during_rollbacks_never_write_into_released_memory(workspace: Path) -> None:
+    """A rollback releases the guest's instance and its memory, then makes a new one. A soft
+    interrupt that landed in between (a cancel that had found the cell running just before
+    it was stopped) wrote the flag into the released memory and killed the kernel. Flag writes
+    hammered at rollbacks, and one after a release, must find no memory and do nothing."""
+    ran = subprocess.run(
+        [sys.executable, "-c", _INTERRUPTS_DURING_ROLLBACKS, str(workspace)],
+        cwd=Path(__file__).parents[2],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert ran.returncode == 0, f"exit {ran.returncode}\n{ran.stdout}\n{ran.stderr[-3000:]}"
+    assert "refused after release: True" in ran.stdout
