@@ -52,7 +52,9 @@ _PIP_COMMAND = re.compile(r"^\s*(?:pip3?|python3?\s+-m\s+pip)(?:\s+(.*))?$", re.
 # What warm_tracebacks() formats: a traceback through a function in a file IPython can read.
 _WARM_UP_CELL = "def warm_up():\n    return 1 / 0\n\nwarm_up()\n"
 _MISSED_FILES = 256  # files without a module remembered at most (_module_lookups_once)
-# ipykernel's seed for the MurmurHash2 of a cell's text that names the cell's file.
+# Where cells' files are named, as ipykernel names them (a folder of the process's own), and
+# ipykernel's seed for the MurmurHash2 of a cell's text that names the file in it.
+_CELLS_FOLDER = f"/tmp/ipykernel_{os.getpid()}"
 _CELL_NAME_SEED = 0xC70F6907
 _MURMUR_M = 0x5BD1E995
 _WORD = 0xFFFFFFFF
@@ -178,7 +180,7 @@ def cell_file_name(raw_code: str) -> str:
     on ipykernel: the file does not exist, so IPython shows its lines one by one instead of
     parsing the cell with stack_data (an interrupt's turn: 10.5 M -> 7.7 M instructions)."""
     name = murmur2(raw_code.encode("utf-8", "surrogatepass"), _CELL_NAME_SEED)
-    return f"/tmp/ipykernel_{os.getpid()}/{name}.py"
+    return f"{_CELLS_FOLDER}/{name}.py"
 
 
 def _compiler_class() -> Any:
@@ -476,8 +478,7 @@ def _user_tracebacks(
         users = user_frames(names, cells.__contains__)
         kept = [entry for entry, user in zip(entries, users, strict=True) if user]
         for name in names if module_name is not None else ():
-            if name in cells:
-                inspect.modulesbyfile[name] = module_name
+            if name in cells:  # under the absolute name inspect looks files up by
                 inspect.modulesbyfile[os.path.normcase(os.path.abspath(name))] = module_name
         if len(kept) == len(entries):
             return entries[0] if entries else None
