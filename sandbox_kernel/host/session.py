@@ -21,10 +21,17 @@ only the pages written since (a trivial cell writes ~200 of them, 0.8 MB, where 
 40-70 MB); a host that cannot watch writes copies the whole memory every time. Written pages are
 not protected again at once: the next cell would take a page fault on each (~1 us apiece, 0.3 ms
 for a trivial cell, on its critical path), while copying them again costs less on the capture
-thread. They are copied at each capture until they add up to `REPROTECT_BYTES`, and then
-protected again. IPython's shell writes ~640 pages (2.5 MB) for a trivial cell, so the bound is
-4 MB: at 2 MB its sessions were protected again after nearly every cell (2.2-2.5 ms a cell back
-to back, against 1.35-1.45 ms at 4 MB; 8 MB copied more than it saved, 1.9-2.2 ms).
+thread. They are copied at each capture until they add up to a bound, and then protected again.
+The bound is a quarter above what the session's turns write (measured at the first capture
+after all was protected: those pages are one footprint), and between `REPROTECT_BYTES` and twice
+that, so a session whose cells each write 6 MB does not fault on all of them every time. The
+floor: IPython's shell writes ~640 pages (2.5 MB) for a trivial cell, and an error's traceback
+another ~1.5 MB (4.1-4.2 MB in all for an interrupted cell). At 2 MB, sessions were protected
+again after nearly every cell (2.2-2.5 ms a trivial cell back to back, against 1.35-1.45 ms at
+4 MB). At 4 MB, every error was: the next interrupt faulted on ~245 pages while it made its
+traceback, and the cell after an error on more (interrupt 1.56 -> 1.31 ms, the cell after it
+2.46 -> 1.84 ms at 5 MB, alternating trivial cells and interrupts; trivial cells alone 1.12 ->
+1.15 ms, as they copy 0.5 MB more). A fixed 8 MB copied more than it saved (1.9-2.2 ms).
 
 Why a memory image is enough to roll back: between turns the guest's C stack is empty, so its
 mutable globals (the stack pointer) hold their initial values, and all interpreter state is in
@@ -81,8 +88,15 @@ __all__ = [
     "image_buffer",
 ]
 
-REPROTECT_BYTES = 4 << 20  # writable pages copied at every capture, at most
+REPROTECT_BYTES = 5 << 20  # written pages kept writable (copied at every capture): the floor
 _MARKED_RUNS = 1 << 16  # runs ImageFile.mark remembers as marked, at most
+
+
+def _writable_bound(footprint: int) -> int:
+    """How many written bytes stay writable between captures, for a session whose turns write
+    `footprint` bytes: a quarter above it, so that the pages the same kind of turn writes again
+    do not fault, within REPROTECT_BYTES and twice that."""
+    return min(max(REPROTECT_BYTES, footprint + footprint // 4), 2 * REPROTECT_BYTES)
 
 
 @dataclass(frozen=True)
@@ -306,6 +320,10 @@ class GuestSession:
         self._watchable = True  # False once the host refused a watch: not asked again
         self._baseline: MemoryImage | None = None
         self.last_capture_bytes = 0  # what the last capture copied
+        # True while every page is protected since the last capture (or restore): what the next
+        # capture copies is then what the turns between wrote, their footprint.
+        self._all_protected = False
+        self._footprint = 0  # the last footprint measured: the writable pages' bound follows it
         self._fresh_instance()
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -484,8 +502,12 @@ class GuestSession:
                 runs = watch.written(self._base + size, protect=False)
                 if len(into.data) == size:
                     image = self._patch(into, runs)
-                    if self.last_capture_bytes > REPROTECT_BYTES:
+                    if self._all_protected:
+                        self._footprint = self.last_capture_bytes
+                    self._all_protected = False
+                    if self.last_capture_bytes > _writable_bound(self._footprint):
                         watch.written(self._base + size)  # nothing written since the line above
+                        self._all_protected = True
                     return image
                 if into.origin is not None:  # grown past its file: the file mapped again
                     grown = self._grown(into.origin, runs, size)
@@ -551,6 +573,7 @@ class GuestSession:
     def _rewatch(self, size: int) -> None:
         """Write-protect the whole memory again, (re)opening the watch when needed: from here on
         the watch counts writes since this moment."""
+        self._all_protected = True
         watch = self._watch
         if watch is not None and watch.start != self._base:  # a dynamic memory that moved
             self._unwatch()

@@ -137,6 +137,32 @@ def test_writable_pages_are_protected_again_past_the_limit(
     assert image.data[:] == memory_now(session)
 
 
+def test_a_turn_past_the_floor_keeps_its_pages_writable_when_it_writes_them_every_time(
+    session: GuestSession, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The bound follows what the session's turns write: a turn that writes a bit more than
+    REPROTECT_BYTES (as an interrupted IPython cell does, its traceback's pages too) does not
+    have its pages protected again after every capture, so that the next such turn does not
+    fault on each of them. Past twice the floor, they are (the test above)."""
+    image = session.capture()
+    if not session.watching:
+        pytest.skip("this host cannot watch writes")
+    cell = "names = {i: str(i) for i in range(3_000)}"
+    turn(session, cell)
+    image = session.capture(into=image)  # everything was protected: this is the footprint
+    footprint = session.last_capture_bytes
+    assert footprint > 0
+    monkeypatch.setattr(session_module, "REPROTECT_BYTES", footprint * 6 // 10)
+    image = session.capture()  # a whole copy: all protected again
+    turn(session, cell)
+    image = session.capture(into=image)
+    written = session.last_capture_bytes
+    assert footprint * 6 // 10 < written <= footprint * 12 // 10, (footprint, written)
+    image = session.capture(into=image)  # nothing written since, but its pages stayed writable
+    assert session.last_capture_bytes >= written
+    assert image.data[:] == memory_now(session)
+
+
 def _anonymous_kib(address: int) -> int:
     """The private copies (Anonymous) in the mapping that holds `address`, from
     /proc/self/smaps (a file page only read stays the page cache's, not counted)."""
