@@ -19,6 +19,7 @@ Must not import: sandbox_kernel.runtimes, repl, anything Jupyter.
 
 from __future__ import annotations
 
+import ctypes
 import struct
 from typing import Any
 
@@ -48,6 +49,7 @@ LIB_GUEST = "/usr/local/lib"
 NO_HOST, HOST_FAULT = -1, -2
 MASK32 = 0xFFFFFFFF
 MAX_RESPONSE_BYTES = 0x7FFFFFFF  # the response length must fit a signed i32
+_U32 = struct.Struct("<I")
 # Where a one-shot run's script ends: an atexit handler, registered before any user code (so
 # it runs after the user's own), sends this frame; the host answers it with nothing (NO_HOST)
 # but reads the fuel left. Where the script starts the host sees for itself: the runner opens
@@ -126,9 +128,9 @@ def turn(instance: wasmtime.Instance, store: wasmtime.Store, source: bytes) -> i
     pointer = 0
     if source:
         pointer = int(_func(instance, store, "host_alloc")(store, len(source))) & MASK32
-        memory = guest_memory(instance, store)
-        if pointer and pointer + len(source) <= memory.data_len(store):
-            memory.write(store, source, pointer)
+        size, base = _span(store, guest_memory(instance, store))
+        if pointer and pointer + len(source) <= size:
+            ctypes.memmove(base + pointer, source, len(source))
         else:
             pointer = 0  # the guest raises MemoryError for its source
     return int(_func(instance, store, "turn")(store, pointer, len(source)))
@@ -179,16 +181,24 @@ def _frame(
         return HOST_FAULT
     ptr, length = ptr & MASK32, length & MASK32
     out_ptr_ptr, out_len_ptr = out_ptr_ptr & MASK32, out_len_ptr & MASK32
-    size = memory.data_len(caller)
+    # Through the memory's address, bounds checked here: Memory.read and .write cost 2-8 us
+    # apiece (a door call made four of them, 0.1 ms of an interrupt's reply).
+    size, base = _span(caller, memory)
     if ptr + length > size or out_ptr_ptr + 4 > size or out_len_ptr + 4 > size:
         return HOST_FAULT
-    answer = handler(bytes(memory.read(caller, ptr, ptr + length)))
+    answer = handler(ctypes.string_at(base + ptr, length))
     if not isinstance(answer, bytes | bytearray) or len(answer) > MAX_RESPONSE_BYTES:
         return HOST_FAULT
     where = int(alloc(caller, len(answer))) & MASK32
-    if not where or where + len(answer) > memory.data_len(caller):
+    size, base = _span(caller, memory)  # host_alloc may have grown the memory
+    if not where or where + len(answer) > size:
         return HOST_FAULT
-    memory.write(caller, bytes(answer), where)
-    memory.write(caller, struct.pack("<I", where), out_ptr_ptr)
-    memory.write(caller, struct.pack("<I", len(answer)), out_len_ptr)
+    ctypes.memmove(base + where, bytes(answer), len(answer))
+    ctypes.memmove(base + out_ptr_ptr, _U32.pack(where), 4)
+    ctypes.memmove(base + out_len_ptr, _U32.pack(len(answer)), 4)
     return 0
+
+
+def _span(context: Any, memory: wasmtime.Memory) -> tuple[int, int]:
+    """The guest memory's size and host address, now (`context`: a Store or a Caller)."""
+    return memory.data_len(context), ctypes.addressof(memory.data_ptr(context).contents)
