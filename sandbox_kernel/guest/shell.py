@@ -52,6 +52,10 @@ _PIP_COMMAND = re.compile(r"^\s*(?:pip3?|python3?\s+-m\s+pip)(?:\s+(.*))?$", re.
 # What warm_tracebacks() formats: a traceback through a function in a file IPython can read.
 _WARM_UP_CELL = "def warm_up():\n    return 1 / 0\n\nwarm_up()\n"
 _MISSED_FILES = 256  # files without a module remembered at most (_module_lookups_once)
+_HIGHLIGHTED_LINES = 1024  # source lines kept coloured (_highlighting_once), at most
+_HIGHLIGHTED_CHARS = 400  # ... each at most this long; a longer one is coloured each time
+_COLOURED_PIECES = 4096  # short token runs kept coloured, at most
+_COLOURED_TOKENS = 4  # ... each of at most this many tokens
 # Where cells' files are named, as ipykernel names them (a folder of the process's own), and
 # ipykernel's seed for the MurmurHash2 of a cell's text that names the file in it.
 _CELLS_FOLDER = f"/tmp/ipykernel_{os.getpid()}"
@@ -128,6 +132,7 @@ def start(driver: Any, main_module: Any) -> Any:
     _lexer_once()
     _styles_once()
     _format_once(shell.InteractiveTB)
+    _highlighting_once()
     _module_lookups_once()
     _library_sources_once()
     _line_counts_by_stat()
@@ -267,6 +272,55 @@ def _format_once(formatter: Any) -> None:
         return lines
 
     formatter.structured_traceback = formatted_once
+
+
+def _highlighting_once() -> None:
+    """Tracebacks without colouring the same source line, or the same token, again. IPython
+    colours each line it shows of a frame stack_data does not parse (a cell's: its file does
+    not exist) token by token (`Parser.format2`), and each token, and every other piece of a
+    traceback, through pygments (`Theme.format`, 70 calls for an interrupt's one frame). Both
+    depend only on the theme and their text, so a line, or a run of a few tokens, is coloured
+    once per theme and kept (bounded, least recently used out first); the output is the
+    same. A theme replaced in `theme_table` is a new theme."""
+    import functools
+
+    from IPython.utils import PyColorize
+
+    format2 = PyColorize.Parser.format2
+    theme_format = PyColorize.Theme.format
+
+    @functools.lru_cache(maxsize=_HIGHLIGHTED_LINES)
+    def coloured_line(theme: Any, name: str, raw: str) -> tuple[str | None, bool]:
+        return format2(PyColorize.Parser(theme_name=name), raw, "str")
+
+    @functools.lru_cache(maxsize=_COLOURED_PIECES)
+    def coloured_tokens(theme: Any, tokens: tuple[Any, ...]) -> str:
+        return theme_format(theme, list(tokens))
+
+    @functools.wraps(format2)
+    def format2_once(self: Any, raw: str, out: Any = None) -> tuple[str | None, bool]:
+        theme = PyColorize.theme_table.get(self.theme_name)
+        if (
+            type(out) is str
+            and out == "str"
+            and theme is not None
+            and type(raw) is str
+            and len(raw) <= _HIGHLIGHTED_CHARS
+        ):
+            return coloured_line(theme, self.theme_name, raw)
+        return format2(self, raw, out)
+
+    @functools.wraps(theme_format)
+    def format_once(self: Any, stream: Any) -> str:
+        if type(stream) is list and len(stream) <= _COLOURED_TOKENS:
+            try:
+                return coloured_tokens(self, tuple(stream))
+            except TypeError:  # a token that cannot be a key: coloured as it comes
+                pass
+        return theme_format(self, stream)
+
+    PyColorize.Parser.format2 = format2_once
+    PyColorize.Theme.format = format_once
 
 
 def _module_lookups_once() -> None:

@@ -289,3 +289,50 @@ def test_a_file_that_is_not_there_is_not_opened(session: ReplSandbox) -> None:
     )
     # Opened by IPython's count: this cell's file and the compiled one's, its two frames.
     assert done.result == {"text/plain": "([], 2, True, 2)"}, done
+
+
+def test_lines_coloured_once_are_coloured_as_ipython_colours_them(session: ReplSandbox) -> None:
+    """Source lines and short token runs are coloured once per theme and kept: each traceback,
+    in each of IPython's themes, the first time and again, is what IPython's own colouring
+    gives, a line longer than those kept too; and a theme replaced in `theme_table` colours
+    with the new theme, not from what the old one left."""
+    done = session.execute(
+        "import sys\n"
+        "from IPython.utils import PyColorize as pc\n"
+        "sh = get_ipython()\n"
+        "cells = ['1 / 0', 'x = [1,\\n     2]\\nraise KeyError(\"k\" * 500)  # long line\\n',\n"
+        "         'def f(a):\\n    return a[\"k\"]  # comment\\n\\nf({})\\n',\n"
+        "         'while True:\\n    raise KeyboardInterrupt\\n']\n"
+        "def shown():\n"
+        "    out = []\n"
+        "    for n, cell in enumerate(cells):\n"
+        "        try:\n"
+        "            exec(compile(cell, sh.compile.cache(cell, 900 + n), 'exec'), {})\n"
+        "        except BaseException:\n"
+        "            out.append(sh.InteractiveTB.structured_traceback(*sys.exc_info()))\n"
+        "    return out\n"
+        "def own(make):\n"
+        "    kept = pc.Parser.format2, pc.Theme.format\n"
+        "    pc.Parser.format2, pc.Theme.format = kept[0].__wrapped__, kept[1].__wrapped__\n"
+        "    try:\n"
+        "        return make()\n"
+        "    finally:\n"
+        "        pc.Parser.format2, pc.Theme.format = kept\n"
+        "same = []\n"
+        "for theme in ('neutral', 'linux', 'lightbg', 'nocolor'):\n"
+        "    sh.run_line_magic('colors', theme)\n"
+        "    first, again = shown(), shown()\n"
+        "    same.append(first == again == own(shown))\n"
+        "sh.run_line_magic('colors', 'neutral')\n"
+        "before = shown()\n"
+        "old = pc.theme_table['neutral']\n"
+        "pc.theme_table['neutral'] = pc.Theme('neutral', None, {pc.Token.Keyword: 'ansired'})\n"
+        "try:\n"
+        "    replaced = shown()\n"
+        "    same.append(replaced == own(shown) and replaced != before)\n"
+        "finally:\n"
+        "    pc.theme_table['neutral'] = old\n"
+        "same.append(shown() == before)\n"
+        "same"
+    )
+    assert done.result == {"text/plain": "[True, True, True, True, True, True]"}, done
