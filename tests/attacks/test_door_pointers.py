@@ -110,6 +110,15 @@ def test_a_good_call_is_answered_where_the_guest_said(guest: Guest) -> None:
         (REQUEST_AT, 7, ANSWER_PTR_AT, PAGE),  # its length outside
         (REQUEST_AT, 7, ANSWER_PTR_AT, -4),  # a negative i32: 0xFFFFFFFC
     ],
+    ids=[
+        "request-past-the-end",
+        "request-starts-outside",
+        "request-of-4-gib",
+        "request-wraps-in-32-bits",
+        "answer-address-half-outside",
+        "answer-length-outside",
+        "answer-length-negative",
+    ],
 )
 def test_pointers_outside_the_memory_are_a_host_fault(
     guest: Guest, ptr: int, length: int, out_ptr: int, out_len: int
@@ -121,7 +130,11 @@ def test_pointers_outside_the_memory_are_a_host_fault(
     assert answered(guest) == ANSWER
 
 
-@pytest.mark.parametrize("hostile", [PAGE - 4, PAGE + 4096, 0xFFFF_FFF0])
+@pytest.mark.parametrize(
+    "hostile",
+    [PAGE - 4, PAGE + 4096, 0xFFFF_FFF0],
+    ids=["runs-past-the-end", "past-the-end", "near-4-gib"],
+)
 def test_an_answer_placed_outside_the_memory_is_a_host_fault(guest: Guest, hostile: int) -> None:
     guest.export("set_hostile")(guest.store, hostile)
     before = guest.snapshot()
