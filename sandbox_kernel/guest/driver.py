@@ -340,7 +340,10 @@ class Driver:
                 print("\n".join(self._outcome["error"]["traceback"]), file=sys.stderr)
         else:
             status = "cancelled" if isinstance(failure, KeyboardInterrupt) else "error"
-            if error is None:
+            if error is None and _is_usage_error(failure):  # IPython put it on stderr
+                name, value = type(failure).__name__, _safe_str(failure)
+                error = {"ename": name, "evalue": value, "traceback": [], "shown": True}
+            elif error is None:
                 error = self._error(failure)
             self._shell_suspect = True  # probed before the next cell: the reply goes first
         payload = list(shell.payload_manager.read_payload())
@@ -1102,6 +1105,12 @@ def _loads(raw: bytes) -> Any:
         return json.loads(raw)
     except ValueError:  # shown as a malformed answer by the caller
         return None
+
+
+def _is_usage_error(exc: BaseException) -> bool:
+    """IPython's UsageError (a magic's), which IPython shows as one line on stderr."""
+    errors = sys.modules.get("IPython.core.error")
+    return errors is not None and isinstance(exc, errors.UsageError)
 
 
 def _safe_str(exc: BaseException) -> str:

@@ -457,7 +457,7 @@ class SandboxKernel(Kernel):
                 shown = self.firewall.bundle(execution.result, execution.result_metadata)
                 content = messages.execute_result_content(count, shown)
                 self._send_shown("execute_result", content, shown)
-            if error is not None:
+            if error is not None and not execution.error_shown:  # a UsageError: on stderr
                 self.send_response(self.iopub_socket, "error", error)
         payload, removed = self.firewall.payloads(execution.payload)
         if removed and not silent:

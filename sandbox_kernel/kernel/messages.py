@@ -54,7 +54,9 @@ def error_content(execution: CodeExecution) -> dict[str, Any] | None:
         return None
     ename = execution.ename or execution.status.value
     evalue = execution.evalue if execution.evalue is not None else (execution.error or "")
-    traceback = list(execution.traceback) or [f"{ename}: {evalue}"]
+    traceback = list(execution.traceback)
+    if not traceback and not execution.error_shown:  # the host's own errors (limits) have none
+        traceback = [f"{ename}: {evalue}"]
     if execution.status is not ExecutionStatus.ERROR and not execution.rolled_back:
         state = "the session was kept"
         traceback.append(f"[sandbox] {execution.status.value}: {state}")

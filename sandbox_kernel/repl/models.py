@@ -117,6 +117,7 @@ class CodeExecution(BaseModel):
     ename: str | None = None
     evalue: str | None = None
     traceback: list[str] = Field(default_factory=list)
+    error_shown: bool = False  # the error is on stderr already (a UsageError, as IPython shows it)
     result: dict[str, Any] | None = None  # the last expression's MIME bundle
     result_metadata: dict[str, Any] = Field(default_factory=dict)  # the bundle's metadata
     displays: list[dict[str, Any]] = Field(default_factory=list)  # {"data", "metadata"}

@@ -89,6 +89,9 @@ class ErrorInfo(BaseModel):
     ename: str
     evalue: str
     traceback: list[str] = Field(default_factory=list)  # lines as IPython prints them
+    # Already shown on stderr, as IPython shows a UsageError (a magic's): no traceback, and
+    # the kernel sends no error output for it, as ipykernel does not.
+    shown: bool = False
 
 
 class CellReply(BaseModel):

@@ -73,6 +73,7 @@ def execution_from_reply(reply: CellReply, outcome: TurnOutcome, number: int) ->
         ename=ename,
         evalue=evalue,
         traceback=capped_lines(error.traceback, MAX_TRACEBACK_CHARS) if error else [],
+        error_shown=error.shown if error else False,
         result=reply.result,
         result_metadata=reply.result_metadata,
         displays=list(reply.displays),

@@ -5,9 +5,6 @@ interpreter) in the same test and compares what a user sees: the reply's status 
 name, the kinds of output, and their text where it is deterministic. Cells that need the
 data packages the host venv does not have (numpy, pandas, matplotlib) are tested on the
 sandbox alone below.
-
-Known difference, left out: an unknown magic is a UsageError whose reply ipykernel sends
-without an `error` output (the message is on stderr); ours shows it as an error output.
 """
 
 from __future__ import annotations
@@ -78,6 +75,8 @@ COMPARED = [
     Cell("undefined_name"),
     Cell("def broken(:"),  # the message names the cell's file: the same hash on both
     Cell("%history -n -l 1", text=False),
+    Cell("%nosuchmagic"),  # a UsageError: one line on stderr, no error output
+    Cell("%%nosuchcellmagic\nx = 1"),
     Cell("get_ipython().__class__.__mro__[-2].__name__"),
 ]
 
@@ -125,6 +124,32 @@ def test_cells_behave_as_on_ipykernel(
     matched = len(COMPARED) - len(differences)
     print(f"matched {matched} of {len(COMPARED)} cells ({matched / len(COMPARED):.0%})")
     assert not differences, "\n".join(differences)
+
+
+USAGE_ERRORS = ["%nosuchmagic", "%%nosuchcellmagic\nx = 1", "%timeit -n"]
+
+
+def test_a_magics_usage_error_is_answered_as_ipykernel_answers_it(
+    fresh_kernel: RunningKernel, ipykernel: RunningKernel
+) -> None:
+    """A UsageError (an unknown magic, a magic's bad argument) is one line on stderr and an
+    error reply with no traceback, and no error output: on both kernels, the reply's error
+    fields and the outputs are the same."""
+    for code in USAGE_ERRORS:
+        seen = []
+        for kernel in (fresh_kernel, ipykernel):
+            execution = kernel.run(code, timeout=CELL_TIMEOUT_SECONDS)
+            reply = execution.reply
+            outputs = [
+                (o.msg_type, o.content.get("name"), o.content.get("text"))
+                for o in execution.outputs
+                if o.msg_type not in ("status", "execute_input")
+            ]
+            fields = {key: reply.get(key) for key in ("status", "ename", "evalue", "traceback")}
+            seen.append((fields, outputs))
+        ours, theirs = seen
+        assert ours == theirs, f"{code!r}:\n  sandbox:   {ours}\n  ipykernel: {theirs}"
+        assert ours[0]["ename"] == "UsageError" and ours[0]["traceback"] == [], ours
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
