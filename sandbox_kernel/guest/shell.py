@@ -299,15 +299,10 @@ def _highlighting_once() -> None:
 
     @functools.wraps(format2)
     def format2_once(self: Any, raw: str, out: Any = None) -> tuple[str | None, bool]:
-        theme = PyColorize.theme_table.get(self.theme_name)
-        if (
-            type(out) is str
-            and out == "str"
-            and theme is not None
-            and type(raw) is str
-            and len(raw) <= _HIGHLIGHTED_CHARS
-        ):
-            return coloured_line(theme, self.theme_name, raw)
+        if type(out) is str and out == "str" and type(raw) is str:
+            theme = PyColorize.theme_table.get(self.theme_name)
+            if theme is not None and len(raw) <= _HIGHLIGHTED_CHARS:
+                return coloured_line(theme, self.theme_name, raw)
         return format2(self, raw, out)
 
     @functools.wraps(theme_format)

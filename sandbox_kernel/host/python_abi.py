@@ -39,6 +39,7 @@ __all__ = [
     "door",
     "guest_memory",
     "image_preopens",
+    "memory_span",
     "run_main",
     "script_argv",
     "turn",
@@ -128,7 +129,7 @@ def turn(instance: wasmtime.Instance, store: wasmtime.Store, source: bytes) -> i
     pointer = 0
     if source:
         pointer = int(_func(instance, store, "host_alloc")(store, len(source))) & MASK32
-        size, base = _span(store, guest_memory(instance, store))
+        size, base = memory_span(store, guest_memory(instance, store))
         if pointer and pointer + len(source) <= size:
             ctypes.memmove(base + pointer, source, len(source))
         else:
@@ -183,14 +184,14 @@ def _frame(
     out_ptr_ptr, out_len_ptr = out_ptr_ptr & MASK32, out_len_ptr & MASK32
     # Through the memory's address, bounds checked here: Memory.read and .write cost 2-8 us
     # apiece (a door call made four of them, 0.1 ms of an interrupt's reply).
-    size, base = _span(caller, memory)
+    size, base = memory_span(caller, memory)
     if ptr + length > size or out_ptr_ptr + 4 > size or out_len_ptr + 4 > size:
         return HOST_FAULT
     answer = handler(ctypes.string_at(base + ptr, length))
     if not isinstance(answer, bytes | bytearray) or len(answer) > MAX_RESPONSE_BYTES:
         return HOST_FAULT
     where = int(alloc(caller, len(answer))) & MASK32
-    size, base = _span(caller, memory)  # host_alloc may have grown the memory
+    size, base = memory_span(caller, memory)  # host_alloc may have grown the memory
     if not where or where + len(answer) > size:
         return HOST_FAULT
     ctypes.memmove(base + where, bytes(answer), len(answer))
@@ -199,6 +200,7 @@ def _frame(
     return 0
 
 
-def _span(context: Any, memory: wasmtime.Memory) -> tuple[int, int]:
-    """The guest memory's size and host address, now (`context`: a Store or a Caller)."""
+def memory_span(context: Any, memory: wasmtime.Memory) -> tuple[int, int]:
+    """The guest memory's size and host address, now (`context`: a Store or a Caller). Reads
+    and writes through the address are the caller's to bound by the size."""
     return memory.data_len(context), ctypes.addressof(memory.data_ptr(context).contents)

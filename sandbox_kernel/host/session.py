@@ -384,8 +384,7 @@ class GuestSession:
         return self._store, python_abi.guest_memory(self._instance, self._store)
 
     def _memory_base(self) -> int:
-        store, memory = self._live()
-        return ctypes.addressof(memory.data_ptr(store).contents)
+        return python_abi.memory_span(*self._live())[1]
 
     def memory_bytes(self) -> int:
         store, memory = self._live()
@@ -506,8 +505,7 @@ class GuestSession:
                         self._footprint = self.last_capture_bytes
                     self._all_protected = False
                     if self.last_capture_bytes > _writable_bound(self._footprint):
-                        watch.written(self._base + size)  # nothing written since the line above
-                        self._all_protected = True
+                        self._rewatch(size)  # nothing written since the patch
                     return image
                 if into.origin is not None:  # grown past its file: the file mapped again
                     grown = self._grown(into.origin, runs, size)
