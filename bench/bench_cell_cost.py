@@ -18,13 +18,21 @@
 5. The rollback image's page map (`ImageFile.mark`) given a trivial IPython cell's written runs
    again, as after every cell: the set lookup against the search of the map per run it
    replaced (kept here as the baseline), best of 5 x 200 calls each.
+6. The bound on writable pages: the session's rule (a quarter above its cells' footprint,
+   between REPROTECT_BYTES and twice that) against the fixed 4 MB it replaced, two IPython
+   sessions alternating in this process: `x = 1`, an interrupted `while True: pass` (cancel()
+   to execute()'s return, and the process's page faults meanwhile; its traceback writes ~1.5
+   MB more than a trivial cell) and `x = 1` in turn, then `x = 1` alone; numpy, pandas and
+   IPython imported, as in the kernel; medians of 40 (200 alone).
 """
 
 from __future__ import annotations
 
 import statistics
+import threading
 import time
 import timeit
+from pathlib import Path
 from typing import Any
 
 from sandbox_kernel.core.policy import ExecutionPolicy
@@ -33,6 +41,7 @@ from sandbox_kernel.host import write_watch
 from sandbox_kernel.repl import REPLConfig, ReplSandbox
 
 POLICY = ExecutionPolicy(fuel_budget=10**12, timeout_seconds=300)
+WARM = ("numpy", "pandas", "IPython")  # the kernel's warm image (part 6)
 IN_GUEST = """
 import time
 driver = __sandbox_kernel__
@@ -48,8 +57,9 @@ round(per_cell, 3)
 """
 
 
-def session(ipython: bool) -> ReplSandbox:
-    repl = ReplSandbox(REPLConfig(ipython=ipython, policy=POLICY, timeout_ms=300_000))
+def session(ipython: bool, warm: tuple[str, ...] = ()) -> ReplSandbox:
+    config = REPLConfig(ipython=ipython, warm_start_modules=warm, policy=POLICY, timeout_ms=300_000)
+    repl = ReplSandbox(config)
     for _ in range(10):
         repl.execute("x = 1")
     return repl
@@ -146,6 +156,76 @@ def tracebacks() -> None:
         repl.destroy()
 
 
+def _minor_faults() -> int:
+    """This process's minor page faults so far (a write to a protected page is one)."""
+    return int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[7])
+
+
+def _interrupted(repl: ReplSandbox) -> tuple[float, int]:
+    """Milliseconds from cancel(), 0.1 s into `while True: pass`, to execute()'s return, and
+    the page faults the process took meanwhile."""
+    sent: list[tuple[float, int]] = []
+
+    def cancel() -> None:
+        time.sleep(0.1)
+        sent.append((time.perf_counter(), _minor_faults()))
+        repl.cancel()
+
+    canceller = threading.Thread(target=cancel)
+    canceller.start()
+    repl.execute("while True:\n    pass")
+    done, faults = time.perf_counter(), _minor_faults()
+    canceller.join()
+    return (done - sent[0][0]) * 1000, faults - sent[0][1]
+
+
+def bound_rules(rounds: int = 40) -> None:
+    """Part 6: the previous fixed bound (4 MB, whatever the cells write) is put in place for
+    one session's captures only; the other keeps the session's rule."""
+    rule = session_module._writable_bound
+    sessions = {name: session(ipython=True, warm=WARM) for name in ("fixed 4 MB", "session's rule")}
+    fixed = sessions["fixed 4 MB"]._session
+    original = session_module.GuestSession.capture
+
+    def capture(self: Any, into: Any = None) -> Any:
+        session_module._writable_bound = (lambda footprint: 4 << 20) if self is fixed else rule
+        try:
+            return original(self, into)
+        finally:
+            session_module._writable_bound = rule
+
+    def timed(repl: ReplSandbox) -> float:
+        began = time.perf_counter()
+        repl.execute("x = 1")
+        return (time.perf_counter() - began) * 1000
+
+    session_module.GuestSession.capture = capture  # type: ignore[method-assign]
+    took: dict[str, dict[str, list[float]]] = {name: {} for name in sessions}
+    try:
+        for _ in range(rounds):
+            for name, repl in sessions.items():
+                took[name].setdefault("x = 1 before an interrupt", []).append(timed(repl))
+                interrupt, faults = _interrupted(repl)
+                took[name].setdefault("the interrupt", []).append(interrupt)
+                took[name].setdefault("page faults in the interrupt", []).append(faults)
+                took[name].setdefault("the cell after it", []).append(timed(repl))
+        for _ in range(rounds):
+            for name, repl in sessions.items():
+                took[name].setdefault("x = 1 alone", []).extend(timed(repl) for _ in range(5))
+    finally:
+        session_module.GuestSession.capture = original  # type: ignore[method-assign]
+        for repl in sessions.values():
+            repl.destroy()
+    base, ours = took["fixed 4 MB"], took["session's rule"]
+    for key in base:
+        old, new = statistics.median(base[key]), statistics.median(ours[key])
+        unit = "" if key.startswith("page faults") else " ms"
+        print(
+            f"writable pages, {key}: fixed 4 MB {old:.2f}{unit}, "
+            f"the session's rule {new:.2f}{unit} ({new / max(old, 1e-9):.2f}x)"
+        )
+
+
 def _searched_marks(changed: bytearray, runs: list[tuple[int, int]]) -> None:
     """The page map's marks as they were made before the set of known runs: a search per run."""
     shift, pages = session_module._PAGE_SHIFT, len(changed)
@@ -205,6 +285,7 @@ def main() -> None:
         print(f"IPython cell, writable-page floor {megabytes} MB: {took:.2f} ms")
     tracebacks()
     marks()
+    bound_rules()
 
 
 if __name__ == "__main__":

@@ -28,10 +28,10 @@ that, so a session whose cells each write 6 MB does not fault on all of them eve
 floor: IPython's shell writes ~640 pages (2.5 MB) for a trivial cell, and an error's traceback
 another ~1.5 MB (4.1-4.2 MB in all for an interrupted cell). At 2 MB, sessions were protected
 again after nearly every cell (2.2-2.5 ms a trivial cell back to back, against 1.35-1.45 ms at
-4 MB). At 4 MB, every error was: the next interrupt faulted on ~245 pages while it made its
-traceback, and the cell after an error on more (interrupt 1.56 -> 1.31 ms, the cell after it
-2.46 -> 1.84 ms at 5 MB, alternating trivial cells and interrupts; trivial cells alone 1.12 ->
-1.15 ms, as they copy 0.5 MB more). A fixed 8 MB copied more than it saved (1.9-2.2 ms).
+4 MB). At a fixed 4 MB, every error was: the next interrupt faulted on ~230 pages while it
+made its traceback (bench/bench_cell_cost.py part 6, against this rule: faults 230 -> 3, the
+interrupt 0.91-0.92x; trivial cells alone 1.03-1.04x, as they copy 0.5 MB more). A fixed 8 MB
+copied more than it saved (1.9-2.2 ms).
 
 Why a memory image is enough to roll back: between turns the guest's C stack is empty, so its
 mutable globals (the stack pointer) hold their initial values, and all interpreter state is in
