@@ -37,6 +37,7 @@ def test_surface_is_pinned() -> None:
         "GuestImageCorrupt",
         "GuestImageNotFound",
         "LimitKind",
+        "SandboxAbandoned",
         "SandboxBusyError",
         "SandboxError",
         "SecurityEventKind",

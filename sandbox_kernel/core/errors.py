@@ -6,7 +6,8 @@ SandboxError(Exception)
 └── SandboxExecutionError(SandboxError, RuntimeError)     the host could not run a guest
     ├── GuestImageNotFound(..., FileNotFoundError)       a guest binary or artifact is missing
     ├── GuestImageCorrupt                                 an artifact's SHA256 is not the pin
-    └── SandboxBusyError                                  a sandbox asked to run while it runs
+    ├── SandboxBusyError                                  a sandbox asked to run while it runs
+    └── SandboxAbandoned                                  a session abandoned runs nothing more
 ```
 
 Guest failures (a traceback, an exhausted limit, a trap) are not exceptions: they come
@@ -32,6 +33,7 @@ __all__ = [
     "GuestImageCorrupt",
     "GuestImageNotFound",
     "PolicyValidationError",
+    "SandboxAbandoned",
     "SandboxBusyError",
     "SandboxError",
     "SandboxExecutionError",
@@ -159,6 +161,14 @@ class SandboxBusyError(SandboxExecutionError):
     """A sandbox was asked to run while it is already running."""
 
     def __init__(self, message: str = "the sandbox is already running an execution") -> None:
+        super().__init__(message)
+
+
+class SandboxAbandoned(SandboxExecutionError):
+    """A session whose caller went away (ReplSandbox.abandon) was asked to run guest code:
+    nothing runs in it any more."""
+
+    def __init__(self, message: str = "the session was abandoned: nothing more runs in it") -> None:
         super().__init__(message)
 
 

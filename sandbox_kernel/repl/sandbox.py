@@ -30,7 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from sandbox_kernel.core.errors import SandboxExecutionError
+from sandbox_kernel.core.errors import SandboxAbandoned, SandboxExecutionError
 from sandbox_kernel.core.results import LimitKind
 from sandbox_kernel.host.artifacts import python_image
 from sandbox_kernel.host.guest_library import (
@@ -174,6 +174,7 @@ class ReplSandbox(ContextManagedSession):
         self._context: object = None
         self._count = 0
         self._running = threading.Event()
+        self._abandoned = False  # abandon(): no turn runs any more
         self._hard_requested = False
         self._escalation: threading.Timer | None = None
         self._ending = threading.Lock()  # an execution is marked ended, or hard-stopped, not both
@@ -383,6 +384,10 @@ class ReplSandbox(ContextManagedSession):
         self._hard_requested = False
         self._running.set()
         try:
+            # Read after _running is set, as abandon() sets the mark before it reads _running:
+            # either this turn sees the mark, or abandon() sees the turn and cancels it.
+            if self._abandoned:
+                raise SandboxAbandoned
             return session.turn(source, limits)
         finally:
             with self._ending:
@@ -487,6 +492,15 @@ class ReplSandbox(ContextManagedSession):
             self._ending,
         )
         return True
+
+    def abandon(self) -> None:
+        """Stop for good, for a session whose caller has gone away: the running execution is
+        cancelled as by cancel(), and every later call that would run guest code raises
+        SandboxAbandoned instead. Unlike cancel(), this holds for a call already made that has
+        not reached the guest yet (waiting for the session's lock or its rollback image).
+        destroy() still releases the session."""
+        self._abandoned = True
+        self.cancel()
 
     def usage(self) -> dict[str, Any]:
         """What the session has used so far: executions, fuel, time, memory, its image."""

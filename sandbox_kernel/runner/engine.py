@@ -30,6 +30,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Final, Literal
 
+from sandbox_kernel.core.errors import SandboxAbandoned
 from sandbox_kernel.repl.models import CodeExecution, ExecutionStatus, REPLConfig
 from sandbox_kernel.repl.sandbox import ReplSandbox
 from sandbox_kernel.runner import adapter
@@ -70,8 +71,9 @@ class RunFailed(Exception):
 
 
 class Cancellation:
-    """Stops one run from another thread: `cancel()` interrupts the step in the guest (soft,
-    then hard with rollback) and no further step starts. Safe to call at any time, twice."""
+    """Stops one run from another thread: `cancel()` abandons the run's session, which
+    interrupts the step in the guest (soft, then hard with rollback) or stops one on its way
+    there, and no further step starts. Safe to call at any time, twice."""
 
     def __init__(self) -> None:
         self._event = threading.Event()
@@ -86,7 +88,7 @@ class Cancellation:
         self._event.set()
         with self._lock:
             if self._repl is not None:
-                self._repl.cancel()
+                self._repl.abandon()  # also stops a step between its check and the guest
 
     def attach(self, repl: ReplSandbox | None) -> None:
         """The session a cancel interrupts (None once the run is over)."""
@@ -150,8 +152,7 @@ class SandboxRun:
             self.timings[name] = round((time.perf_counter() - started) * 1000, 3)
 
     def _execute(self, step: Step, code: str) -> CodeExecution:
-        with self._timed(step):
-            self._bound(step)
+        with self._timed(step), self._guest_call(step):
             execution = self.repl.execute(code)
         if self.cancellation.cancelled:
             raise self._cancelled(step)
@@ -159,14 +160,16 @@ class SandboxRun:
 
     def _value(self, step: Step) -> object:
         """The result variable, read by guest code (its reprs) within what time is left."""
-        self._bound(step)
-        value = self.repl.get_variable(adapter.RESULT_VARIABLE)
+        with self._guest_call(step):
+            value = self.repl.get_variable(adapter.RESULT_VARIABLE)
         if value is None and time.monotonic() >= self._deadline:
             raise self._out_of_time(step)  # stopped, not a result of None
         return value
 
-    def _bound(self, step: Step) -> None:
-        """Give the next call into the guest only the request's remaining time."""
+    @contextmanager
+    def _guest_call(self, step: Step) -> Iterator[None]:
+        """Around one call into the guest: none after a cancel, and only the request's
+        remaining time. A cancel that comes once it is made ends it (the session is abandoned)."""
         if self.cancellation.cancelled:
             raise self._cancelled(step)
         left_ms = math.floor((self._deadline - time.monotonic()) * 1000)
@@ -174,6 +177,10 @@ class SandboxRun:
             raise self._out_of_time(step)
         config = self.repl.config.model_copy(update={"timeout_ms": left_ms})
         self.repl.config = self.repl.bridge.config = config
+        try:
+            yield
+        except SandboxAbandoned:
+            raise self._cancelled(step) from None
 
     # -- steps -------------------------------------------------------------------------------
 

@@ -1,6 +1,7 @@
 """cancel(): the soft stage (KeyboardInterrupt at the next safe point, state kept as in IPython),
 the hard stage (after interrupt_grace_seconds, with rollback), storms of cancels, and cancels
-while nothing runs.
+while nothing runs. abandon(): a cancel for good, which also stops a call on its way to the
+guest.
 
 execute() runs on the test's thread; cancel() comes from a timer thread, as a kernel's
 interrupt would.
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from sandbox_kernel import CodeExecution, ExecutionStatus, ReplSandbox
+from sandbox_kernel import CodeExecution, ExecutionStatus, ReplSandbox, SandboxAbandoned
 from tests.repl.conftest import MakeRepl, plain, repl_config, run_ok
 
 GRACE_SECONDS = 0.5
@@ -193,3 +194,50 @@ def test_a_cancel_does_not_leak_into_the_next_cell(repl: ReplSandbox) -> None:
     assert run.result.status is ExecutionStatus.CANCELLED
     result = run_ok(repl, "n = 0\nfor i in range(100_000):\n    n += 1\nn")
     assert plain(result) == "100000"
+
+
+# --- abandon --------------------------------------------------------------------------------
+
+
+def test_abandon_stops_the_running_cell_and_refuses_every_later_call(repl: ReplSandbox) -> None:
+    timer = threading.Timer(0.3, repl.abandon)
+    timer.start()
+    result = repl.execute("spin_forever()")
+    timer.join()
+    assert result.status is ExecutionStatus.CANCELLED
+    with pytest.raises(SandboxAbandoned):
+        repl.execute("after = 1")
+    with pytest.raises(SandboxAbandoned):
+        repl.get_variable("earlier")
+    with pytest.raises(SandboxAbandoned):
+        repl.complete("ear", 3)
+
+
+def test_abandon_stops_a_call_still_on_its_way_to_the_guest(make_repl: MakeRepl) -> None:
+    """The agent server's race: its client left while a step waited for the session (behind
+    the previous step's rollback image). A cancel then finds nothing running and is lost, and
+    the step ran to its timeout, holding a worker; abandon() stops it before it starts."""
+    repl = make_repl(interrupt_grace_seconds=GRACE_SECONDS, timeout_ms=300_000)
+    run_ok(repl, "def spin_forever():\n    while True:\n        pass")
+    outcome: list[object] = []
+
+    def step() -> None:
+        try:
+            outcome.append(repl.execute("spin_forever()"))
+        except SandboxAbandoned as exc:
+            outcome.append(exc)
+
+    worker = threading.Thread(target=step)
+    with repl._lock:  # held as the rollback image's copy holds it: the step waits here
+        worker.start()
+        time.sleep(0.3)
+        assert worker.is_alive() and not outcome
+        assert repl.cancel() is False  # nothing runs yet: a cancel alone is lost
+        repl.abandon()
+    worker.join(timeout=30)
+    stopped = not worker.is_alive()
+    if not stopped:  # a lost cancel: the cell spins to its timeout
+        repl.cancel()
+        worker.join()
+    assert stopped, "abandon() was lost: the cell ran on"
+    assert len(outcome) == 1 and isinstance(outcome[0], SandboxAbandoned), outcome
