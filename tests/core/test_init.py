@@ -19,6 +19,7 @@ def test_public_surface_is_pinned() -> None:
         "LimitKind",
         "PolicyValidationError",
         "RuntimeType",
+        "SandboxAbandoned",
         "SandboxBusyError",
         "SandboxError",
         "SandboxExecutionError",
