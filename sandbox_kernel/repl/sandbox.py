@@ -541,8 +541,9 @@ class ReplSandbox(ContextManagedSession):
     def _host_call(self, key: str, call: str) -> tuple[bool, Any]:
         """A call of ours into the guest that runs the user's objects' code (their __dir__,
         __repr__, properties): under the policy's fuel and time, ended by cancel() as a cell
-        is, its output dropped. A guest failure is (False, None), never an exception; a hard
-        stop rolls the session back as a cell's does."""
+        is, its output dropped. A guest failure is (False, None), never an exception (after
+        abandon(), SandboxAbandoned: the caller's doing); a hard stop rolls the session back
+        as a cell's does."""
         with self._lock:
             if self._session is None:
                 self.initialize()
