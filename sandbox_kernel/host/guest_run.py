@@ -7,7 +7,10 @@
     files         the WASI guard (open files, file size, bytes written)
 
 The Store is closed before `run_guest` returns, and any Store still open when the interpreter
-exits is closed by an atexit hook: a Store alive at exit made wasmtime print a Rust panic.
+exits is closed by an atexit hook: a Store alive at exit made wasmtime print a Rust panic. The
+hook then waits until wasmtime has let go of every store's output callbacks, which it does on
+threads of its own: one that entered Python during the interpreter's finalization was ended by
+pthread_exit, and Rust printed a panic (1 exit in 9 on a loaded machine).
 
 Must not import: sandbox_kernel.runtimes, repl, anything Jupyter.
 """
@@ -28,7 +31,7 @@ from sandbox_kernel.core.results import LimitKind
 from sandbox_kernel.host.engine import EngineHandle
 from sandbox_kernel.host.linker import linkers_for
 from sandbox_kernel.host.output import CappedStream
-from sandbox_kernel.host.wasi_config import Preopen, make_wasi_config
+from sandbox_kernel.host.wasi_config import Preopen, make_wasi_config, wait_for_outputs
 from sandbox_kernel.host.wasi_guards import GuardLimits, RunGuard, guarding
 
 __all__ = [
@@ -141,6 +144,9 @@ def _close_all_stores() -> None:
         _OPEN_STORES.clear()
     for store in stores:
         store.close()
+    # wasmtime lets go of a closed store's output callbacks on its own threads, which must not
+    # enter Python once the interpreter is finalizing (see wasi_config._Output).
+    wait_for_outputs(_EXIT_GRACE_SECONDS)
 
 
 def run_guest(
