@@ -10,7 +10,6 @@ Must not import: sandbox_kernel.runtimes, repl, anything Jupyter.
 from __future__ import annotations
 
 import threading
-import time
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -76,9 +75,8 @@ def outputs_held() -> int:
 def wait_for_outputs(timeout: float) -> bool:
     """Wait until wasmtime holds no output callback (every store closed and let go of), at
     most `timeout` seconds; False if some are still held."""
-    deadline = time.monotonic() + timeout
     with _held.changed:
-        return _held.changed.wait_for(lambda: _held.count == 0, deadline - time.monotonic())
+        return _held.changed.wait_for(lambda: _held.count == 0, timeout)
 
 
 def make_wasi_config(
