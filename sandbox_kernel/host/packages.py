@@ -1,18 +1,24 @@
 """`%pip install` for a session: pure-Python wheels from the package index, chosen and fetched by
 the host, unpacked by the guest.
 
-The guest cannot reach the network, and the host must never run code on the guest's behalf:
-building an sdist runs its setup.py. So the host's pip only ever downloads wheels tagged
-`none-any` (`--only-binary=:all: --platform any --implementation py`), one level of
-requirements at a time, with `--no-deps`; the dependencies are resolved here from the wheels'
-metadata, against what the guest says it has (the image's packages are kept: a requirement they
-satisfy is not fetched, one they do not is refused rather than shadowed). Each wheel's SHA-256
-is computed here, logged and sent with it. The guest then unpacks the wheels itself, in its
-own workspace (driver.py): the host writes nothing into a folder the guest controls.
+The guest cannot reach the network, and the host must never run code on the guest's behalf: building
+an sdist runs its setup.py. So the host's pip only ever downloads wheels tagged `none-any`
+(`--only-binary=:all: --platform any --implementation py`) from the one index the kernel was
+configured with, one level of requirements at a time, with `--no-deps`; the dependencies are
+resolved here from the wheels' metadata, against what the guest says it has (the image's packages
+are kept: a requirement they satisfy is not fetched, one they do not is refused rather than
+shadowed). Each wheel's SHA-256 is computed here, logged and sent with it. The guest then unpacks
+the wheels itself, in its own workspace (driver.py): the host writes nothing into a folder the guest
+controls.
 
+A requirement is parsed into a closed form and handed to pip as a canonical name (only letters,
+digits and '-'), its extras and its version specifier: nothing pip could read as a file, an
+archive, a folder or a URL. pip runs isolated from everything of the user's (`python -I -m pip
+--isolated`, no configuration file, no PIP_* variable, an empty private working folder, no
+cache), so no local archive, pip.conf, constraint file or environment can change what it does.
 Every pip run is bounded by the cell's deadline and ended by an interrupt (`stop`); a request
-is bounded in wheels and bytes. A package with compiled code has no such wheel: it is refused
-with that reason.
+is bounded in wheels and bytes; what pip says reaches the guest without host paths. A package
+with compiled code has no such wheel: it is refused with that reason.
 
 Must not import: wasmtime, anything Jupyter.
 """
@@ -21,9 +27,11 @@ from __future__ import annotations
 
 import email.parser
 import hashlib
+import os
 import re
 import subprocess
 import sys
+import tempfile
 import time
 import zipfile
 from collections.abc import Callable, Mapping
@@ -49,6 +57,15 @@ _INSTALL_FLAGS = {"-U": "upgrade", "--upgrade": "upgrade", "--no-deps": "no_deps
 _IGNORED_FLAGS = frozenset({"-q", "--quiet", "-qq", "--user", "--no-cache-dir"})
 _NO_MATCH = re.compile(r"No matching distribution found for (\S+)")
 _VERSIONS = re.compile(r"\(from versions: ([^)]*)\)")
+_HOST_PATH = re.compile(r"file:\S+|(?<![\w:/.])/[^\s'\"]+")  # a host path in pip's words
+# pip reads a requirement that ends so as a local archive (pip._internal.utils.filetypes).
+_ARCHIVE_SUFFIXES = (".whl", ".zip", ".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz", ".tar.xz",
+                     ".txz", ".tlz", ".tar.lz", ".tar.lzma")  # fmt: skip
+# The only variables pip's process gets: none of the user's PIP_* settings, configuration files
+# (PIP_CONFIG_FILE=os.devnull makes pip skip every one, the global ones included), Python
+# settings or home; proxies are passed on, since they are how the host reaches the index.
+_PROXY_VARIABLES = ("HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY", "https_proxy", "http_proxy",
+                    "no_proxy", "SSL_CERT_FILE", "SSL_CERT_DIR")  # fmt: skip
 
 
 class PackageError(SandboxExecutionError):
@@ -101,6 +118,9 @@ def parse_pip_args(args: list[str]) -> PipRequest:
 
 
 def _requirement(spec: str) -> Requirement:
+    """`spec` in its closed form: a canonical name (letters, digits and '-' only: nothing pip
+    could read as a file, an archive, a folder or a URL), canonical extras, the specifier and
+    the marker. A name that is a file's (`evil-1.0.tar.gz`) or a URL is refused."""
     try:
         requirement = Requirement(spec)
     except InvalidRequirement as exc:
@@ -109,7 +129,20 @@ def _requirement(spec: str) -> Requirement:
         raise PackageError(
             f"{spec!r} names a URL: the sandbox installs packages by name from the host's index"
         )
+    if requirement.name.lower().endswith(_ARCHIVE_SUFFIXES):
+        raise PackageError(
+            f"{spec!r} names a file: the sandbox installs packages by name from the host's "
+            "index, never from an archive"
+        )
+    requirement.name = canonicalize_name(requirement.name)
+    requirement.extras = {canonicalize_name(extra) for extra in requirement.extras}
     return requirement
+
+
+def _for_pip(requirement: Requirement) -> str:
+    """What pip is given: the closed form without the marker (markers are evaluated here)."""
+    extras = f"[{','.join(sorted(requirement.extras))}]" if requirement.extras else ""
+    return f"{requirement.name}{extras}{requirement.specifier}"
 
 
 class WheelFetcher:
@@ -125,8 +158,10 @@ class WheelFetcher:
         stop: Callable[[], bool],
         deadline: float,
         log: Callable[[str], None],
+        index_url: str,
     ) -> None:
         self.folder = folder
+        self.index_url = index_url
         self.python_version = python_version
         self.max_bytes = max_bytes
         self.stop = stop
@@ -215,7 +250,7 @@ class WheelFetcher:
         self._pip(
             "download", "--no-deps", "--only-binary=:all:", "--platform", "any",
             "--implementation", "py", "--abi", "none", "--python-version", self.python_version,
-            "--dest", str(self.folder), "--", *[str(req) for req in requirements],
+            "--dest", str(self.folder), "--", *[_for_pip(req) for req in requirements],
         )  # fmt: skip
         fetched: dict[str, tuple[WheelRecord, Message]] = {}
         for path in sorted(self.folder.glob("*.whl")):
@@ -230,27 +265,39 @@ class WheelFetcher:
         return list(fetched.values())
 
     def _pip(self, *args: str) -> None:
-        """Run the host's pip, ending it at the deadline or on an interrupt."""
+        """Run the host's pip, isolated from the user's files and settings, in an empty private
+        folder, ending it at the deadline or on an interrupt."""
         command = [
-            sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-input",
-            "--quiet", *args[:1], "--progress-bar", "off", *args[1:],
+            sys.executable, "-I", "-m", "pip", "--isolated", "--disable-pip-version-check",
+            "--no-input", "--quiet", *args[:1], "--progress-bar", "off", "--no-cache-dir",
+            "--index-url", self.index_url, *args[1:],
         ]  # fmt: skip
-        with subprocess.Popen(
-            command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL
-        ) as process:
-            while True:
-                try:
-                    _, err = process.communicate(timeout=_POLL_SECONDS)
-                    break
-                except subprocess.TimeoutExpired:
-                    if self.stop() or time.monotonic() >= self.deadline:
-                        process.kill()
-                        process.communicate()
-                        raise PackageError(
-                            "%pip install was stopped (an interrupt or the cell's time limit)"
-                        ) from None
+        with tempfile.TemporaryDirectory(prefix="sandbox-kernel-pip-") as private:
+            env = {name: os.environ[name] for name in _PROXY_VARIABLES if name in os.environ}
+            env.update(PATH=os.defpath, HOME=private, PIP_CONFIG_FILE=os.devnull, LC_ALL="C")
+            with subprocess.Popen(
+                command,
+                cwd=private,
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                stdin=subprocess.DEVNULL,
+            ) as process:
+                err = self._wait(process)
         if process.returncode != 0:
             raise PackageError(self._refusal(err.decode(errors="replace")))
+
+    def _wait(self, process: subprocess.Popen[bytes]) -> bytes:
+        while True:
+            try:
+                return process.communicate(timeout=_POLL_SECONDS)[1]
+            except subprocess.TimeoutExpired:
+                if self.stop() or time.monotonic() >= self.deadline:
+                    process.kill()
+                    process.communicate()
+                    raise PackageError(
+                        "%pip install was stopped (an interrupt or the cell's time limit)"
+                    ) from None
 
     def _refusal(self, pip_said: str) -> str:
         """Why pip found nothing, in the sandbox's words."""
@@ -271,7 +318,8 @@ class WheelFetcher:
                 "builds from source; or there is no package of that name"
             )
         lines = [line for line in pip_said.splitlines() if line.startswith("ERROR")]
-        return "pip failed: " + (" / ".join(lines[-3:]) or pip_said.strip()[-500:])
+        said = " / ".join(lines[-3:]) or pip_said.strip()[-500:]
+        return "pip failed: " + _HOST_PATH.sub("<host path>", said)
 
 
 def _applies(

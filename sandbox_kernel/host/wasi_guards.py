@@ -6,7 +6,9 @@ created instantly; a blocking `poll_oneoff` (every `time.sleep`) cannot be inter
 epoch deadline. So these calls are shadowed:
 
     path_open, fd_close, fd_renumber   count open files against `max_open_files` (and record
-                                       them, for a rollback: descriptors.py)
+                                       them, for a rollback: descriptors.py); refuse to open a
+                                       FIFO, socket or device, whose open() or read() would
+                                       block the host past every deadline and interrupt
     fd_write, fd_pwrite, ...           file sizes and the session's workspace quota
                                        (wasi_quota.py)
     (fd_seek is wasmtime's own: a seek grows nothing, and reads past a cap must work)
@@ -50,7 +52,7 @@ __all__ = [
 ]
 
 # WASI preview1 errno values.
-EBADF, EFAULT, EINVAL, EIO, EMFILE, ENOMEM = 8, 21, 28, 29, 33, 48
+EACCES, EBADF, EFAULT, EINVAL, EIO, EMFILE, ENOMEM = 2, 8, 21, 28, 29, 33, 48
 MASK32 = 0xFFFFFFFF
 MAX_SUBSCRIPTIONS = 4096
 SUBSCRIPTION = "<QB7xIxxxxQQH6x"  # userdata, tag, clock id or fd, timeout, precision, flags
@@ -87,7 +89,8 @@ PRIVATE_SIGNATURES: dict[str, tuple[str, ...]] = {
 }
 PRIVATE = tuple(PRIVATE_SIGNATURES)
 FILESTAT_TYPE_OFFSET, FILESTAT_NLINK_OFFSET = 16, 24
-REGULAR_FILE = 4  # WASI filetype
+DIRECTORY, REGULAR_FILE, SYMBOLIC_LINK = 3, 4, 7  # WASI filetypes (a FIFO is 0, "unknown")
+OPENABLE = frozenset({DIRECTORY, REGULAR_FILE, SYMBOLIC_LINK})
 FILESTAT_SIZE_OFFSET = 32  # filestat: dev, ino, filetype(+pad), nlink, size, atim, mtim, ctim
 
 
@@ -199,6 +202,17 @@ class RunGuard:
         """How long the file behind `fd` is now."""
         return self._ask(caller, "fd_filestat_get", fd, FILESTAT_SIZE_OFFSET)
 
+    def special_file(self, store: Any, fd: int, dirflags: int, path: bytes) -> bool:
+        """Whether `path` (under `fd`, links followed as `dirflags` says) is a FIFO, socket or
+        device: opening or reading one can block the host's thread for good, where neither the
+        epoch deadline nor an interrupt reaches. A path that does not exist is not."""
+        if self.private_at_path(store, "path_filestat_get", fd, dirflags, path, 0):
+            return False
+        return (
+            self._private_memory.read(store, FILESTAT_TYPE_OFFSET, FILESTAT_TYPE_OFFSET + 1)[0]
+            not in OPENABLE
+        )
+
     def unique_file_size(self, caller: Any, fd: int, path_ptr: int, path_len: int) -> int:
         """The size of the regular file at `path` (under `fd`, links not followed) if it has
         one name only: what removing it frees. 0 for anything else or when WASI refused."""
@@ -302,6 +316,13 @@ def _path_open(guard: RunGuard, caller: Any, *args: int) -> int:
     if len(guard.open_fds) >= guard.limits.max_open_files:
         detail = f"{len(guard.open_fds)} files already open"
         return guard.refuse("open_files", detail, EMFILE)
+    fd, dirflags, path_ptr, path_len = args[0], args[1], args[2] & MASK32, args[3] & MASK32
+    if path_len > MAX_PATH_BYTES:
+        return EINVAL
+    path = bytes(caller["memory"].read(caller, path_ptr, path_ptr + path_len))
+    if guard.special_file(caller, fd, dirflags, path):
+        detail = f"{path.decode(errors='replace')!r} is a FIFO, socket or device"
+        return guard.refuse("fs_denied", detail, EACCES)
     errno = guard.forward(caller, "path_open", *args)
     if errno == 0:
         opened = read_open(caller, args)

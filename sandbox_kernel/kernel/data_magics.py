@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 from sandbox_kernel.kernel.magics import MagicResult
-from sandbox_kernel.kernel.settings import KernelSettings
+from sandbox_kernel.kernel.settings import KernelSettings, guest_can_write
 from sandbox_kernel.runner.errors import RunnerError
 
 # The rest of the runner is imported where it is used: most sessions never type %dataset or
@@ -140,6 +140,12 @@ class DataMagics:
         from sandbox_kernel.runner import adapter
         from sandbox_kernel.runner.datasets import DatasetRegistry
 
+        if guest_can_write(self.registry_path, self.settings.workspace):
+            return _usage(
+                f"%dataset: the dataset registry {self.registry_path.name} lies inside the "
+                "workspace, which the sandboxed code can write: keep it outside "
+                "(SANDBOX_KERNEL_DATASETS)"
+            )
         try:
             registry = DatasetRegistry.load(self.registry_path)
             if not dataset_id:

@@ -1,5 +1,9 @@
 """Install the `sandbox-python` kernel spec: `sandbox-kernel install [--user|--sys-prefix|
---prefix P] [--name N]`.
+--prefix P] [--name N] [--policy FILE]`.
+
+`--policy FILE` writes the file's absolute path into the spec's environment
+(SANDBOX_KERNEL_POLICY): the way to give a set of notebooks a policy of their own, since the
+kernel never picks up a policy file from the notebook's folder. The file is checked here.
 
 The spec is spec/kernel.json (package data, beside this module) with its argv pointed at this
 Python, plus the logos. Its guarded twin, `sandbox-python-guarded` (NAME-guarded), is
@@ -27,6 +31,8 @@ from pathlib import Path
 
 from jupyter_client.kernelspec import KernelSpecManager
 
+from sandbox_kernel.core.errors import PolicyValidationError
+from sandbox_kernel.core.policy import load_policy
 from sandbox_kernel.kernel import KERNEL_NAME
 
 __all__ = [
@@ -69,17 +75,37 @@ def _shipped_spec() -> dict[str, object]:
     return spec
 
 
-def kernel_spec(name: str = KERNEL_NAME, *, guarded: bool = False) -> dict[str, object]:
-    """kernel.json's content for this interpreter (`guarded`: the guarded twin's)."""
+def kernel_spec(
+    name: str = KERNEL_NAME, *, guarded: bool = False, policy: Path | None = None
+) -> dict[str, object]:
+    """kernel.json's content for this interpreter (`guarded`: the guarded twin's; `policy`: a
+    policy file every kernel of the spec loads, checked and made absolute here)."""
     spec = _shipped_spec()
     spec["argv"] = [sys.executable, "-m", "sandbox_kernel", "-f", "{connection_file}"]
     if name != KERNEL_NAME:
         spec["display_name"] = f"{spec['display_name']} [{name}]"
+    variables: dict[str, str] = {}
     if guarded:
         spec["display_name"] = f"{spec['display_name']} [guarded]"
+        variables["SANDBOX_KERNEL_GUARDED"] = "1"
+    if policy is not None:
+        variables["SANDBOX_KERNEL_POLICY"] = str(_checked_policy(policy))
+    if variables:
         env = spec.get("env")
-        spec["env"] = {**(env if isinstance(env, dict) else {}), "SANDBOX_KERNEL_GUARDED": "1"}
+        spec["env"] = {**(env if isinstance(env, dict) else {}), **variables}
     return spec
+
+
+def _checked_policy(policy: Path) -> Path:
+    """`policy` as an absolute path, once it is known to load."""
+    path = policy.expanduser().resolve()
+    if not path.is_file():
+        raise InstallError(f"no policy file at {policy}")
+    try:
+        load_policy(path)
+    except PolicyValidationError as exc:
+        raise InstallError(str(exc)) from None
+    return path
 
 
 def install_kernel_spec(
@@ -88,10 +114,12 @@ def install_kernel_spec(
     prefix: str | None = None,
     sys_prefix: bool = False,
     name: str = KERNEL_NAME,
+    policy: Path | None = None,
 ) -> Path:
     """Install the spec and its guarded twin; the folder the spec went to."""
-    target = _install(name, kernel_spec(name), user, sys_prefix, prefix)
-    _install(name + GUARDED_SUFFIX, kernel_spec(name, guarded=True), user, sys_prefix, prefix)
+    spec, guarded = kernel_spec(name, policy=policy), kernel_spec(name, guarded=True, policy=policy)
+    target = _install(name, spec, user, sys_prefix, prefix)
+    _install(name + GUARDED_SUFFIX, guarded, user, sys_prefix, prefix)
     return target
 
 

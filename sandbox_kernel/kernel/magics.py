@@ -1,6 +1,6 @@
 """Kernel magics (handled on the host, never by the guest), is_complete and history.
 
-    %policy                  show the session's limits
+    %policy                  show the session's limits and the policy file they came from
     %policy KEY=VALUE ...    change a limit for this session (fuel_budget, timeout_seconds,
                              stdout_max_bytes, stderr_max_bytes)
     %context PATH            load a workspace file as `context` (text, or bytes if not UTF-8)
@@ -16,6 +16,7 @@ from __future__ import annotations
 import fnmatch
 import os
 import shlex
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -75,7 +76,9 @@ def _policy(kernel: SandboxKernel, args: str) -> str:
         repl.config = repl.config.model_copy(update={"policy": policy, "timeout_ms": timeout_ms})
         repl.bridge.config = repl.config
     snapshot = repl.config.policy.snapshot()
-    return "".join(f"{key}: {value}\n" for key, value in snapshot.items())
+    source = kernel.settings.policy_source
+    origin = f"policy file: {source}" if source is not None else "policy file: none (defaults)"
+    return origin + "\n" + "".join(f"{key}: {value}\n" for key, value in snapshot.items())
 
 
 def _context(kernel: SandboxKernel, args: str) -> str:
@@ -99,11 +102,14 @@ def _context(kernel: SandboxKernel, args: str) -> str:
 
 
 def _read_capped(path: Path, limit: int) -> bytes:
-    """The file's bytes, opened without following a last-moment link; ValueError past `limit`
-    (a sparse file the guest made can claim terabytes)."""
-    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    """The file's bytes, opened without following a last-moment link and without waiting (a
+    FIFO's open blocks until a writer comes); ValueError for anything but a regular file or
+    past `limit` (a sparse file the guest made can claim terabytes)."""
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
     descriptor = os.open(path, flags)
     with os.fdopen(descriptor, "rb") as file:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            raise ValueError(f"{path.name} is not a regular file")
         data = file.read(limit + 1)
     if len(data) > limit:
         raise ValueError(f"{path.name} is larger than {limit:,} bytes")

@@ -1,7 +1,9 @@
 """The kernel's configuration, read in one place: file < environment < explicit argument.
 
-    SANDBOX_KERNEL_POLICY     a policy TOML; default config/policy.toml beside the notebook,
-                              else ~/.config/sandbox-kernel/policy.toml, else built-in defaults
+    SANDBOX_KERNEL_POLICY     a policy TOML; default ~/.config/sandbox-kernel/policy.toml
+                              (XDG_CONFIG_HOME), else built-in defaults. Never a file beside
+                              the notebook (a cloned folder's, or one a cell wrote) and never
+                              one the guest can write: a file under the workspace is refused
     SANDBOX_KERNEL_WORKSPACE  the host folder mounted at /app; default ./workspace (Jupyter
                               starts a kernel in the notebook's folder)
     SANDBOX_KERNEL_RUN_LOG    the run log; default one file per workspace in Jupyter's data
@@ -17,6 +19,8 @@
     SANDBOX_KERNEL_GUARD      the guarded mode's allow and block lists (a TOML file)
     SANDBOX_KERNEL_PIP        %pip install of pure-Python wheels: on unless 0, false, no or
                               off (always off in the guarded mode)
+    SANDBOX_KERNEL_PIP_INDEX_URL  the one package index %pip reads (default PyPI); no pip
+                              configuration of the host's is read
     SANDBOX_KERNEL_NOTEBOOK_FOLDER  read-only (or 1, true, yes, on): the kernel's starting
                               folder (the notebook's) is mounted read-only at /notebook and is
                               the working folder, so relative data paths work; default off
@@ -37,12 +41,13 @@ from typing import TypedDict
 
 from pydantic import BaseModel, ConfigDict
 
+from sandbox_kernel.core.errors import FieldError, PolicyValidationError
 from sandbox_kernel.core.policy import ExecutionPolicy, load_policy
 from sandbox_kernel.llm.config import LLMSettings
 from sandbox_kernel.llm.errors import LLMConfigError
 from sandbox_kernel.repl.models import REPLConfig
 
-__all__ = ["NOTEBOOK_DEFAULTS", "KernelSettings"]
+__all__ = ["NOTEBOOK_DEFAULTS", "KernelSettings", "guest_can_write"]
 
 # Where a policy file sets nothing, the kernel uses these instead of the library's defaults.
 # Fuel follows the clock: about 1e10 guest instructions a second on these machines, so a cell
@@ -74,6 +79,7 @@ class KernelSettings(BaseModel):
     guarded: bool = False
     guard_file: Path | None = None
     packages: bool = True  # %pip install (never in the guarded mode)
+    package_index_url: str | None = None  # None: REPLConfig's default, PyPI
     notebook_dir: Path | None = None  # mounted read-only at /notebook, the working folder
 
     @classmethod
@@ -82,12 +88,17 @@ class KernelSettings(BaseModel):
     ) -> KernelSettings:
         env = os.environ if environ is None else environ
         here = cwd if cwd is not None else Path.cwd()
-        source = _policy_file(env, here)
-        policy = _notebook_policy(source)
+        source = _policy_file(env)
         workspace = Path(env.get("SANDBOX_KERNEL_WORKSPACE") or here / "workspace")
-        policy = policy.with_overrides(mount_host_dir=workspace.expanduser().resolve())
+        workspace = workspace.expanduser().resolve()
+        _refuse_guest_writable(source, workspace)
+        policy = _notebook_policy(source).with_overrides(mount_host_dir=workspace)
         run_log = Path(env.get("SANDBOX_KERNEL_RUN_LOG") or _run_log_for(policy.mount_host_dir))
         data = _data_settings(env, here)
+        guard_file = data["guard_file"]
+        if guard_file is not None and guest_can_write(guard_file, workspace):
+            message = "SANDBOX_KERNEL_GUARD names a file inside the workspace: keep it outside"
+            raise PolicyValidationError([FieldError("", message)], source=guard_file)
         if data["guarded"]:  # the guarded spec never trusts outputs, whatever a file says
             policy = policy.with_overrides(trust_outputs=False)
         modules = env.get("SANDBOX_KERNEL_WARM_MODULES")
@@ -102,6 +113,7 @@ class KernelSettings(BaseModel):
         notebook = here.resolve() if mount in ("read-only", *_YES) else None
         return cls(
             packages=pip,
+            package_index_url=env.get("SANDBOX_KERNEL_PIP_INDEX_URL") or None,
             notebook_dir=notebook,
             policy=policy,
             policy_source=source,
@@ -114,6 +126,8 @@ class KernelSettings(BaseModel):
         )
 
     def repl_config(self, **callbacks: object) -> REPLConfig:
+        if self.package_index_url is not None:
+            callbacks["package_index_url"] = self.package_index_url
         return REPLConfig(
             policy=self.policy,
             workspace=self.workspace,
@@ -164,16 +178,33 @@ def _run_log_for(workspace: Path) -> Path:
     return Path(jupyter_data_dir()) / "sandbox-kernel" / "runs" / f"{workspace.name}-{key}.jsonl"
 
 
-def _policy_file(env: Mapping[str, str], here: Path) -> Path | None:
+def _policy_file(env: Mapping[str, str]) -> Path | None:
+    """The policy file the user named (SANDBOX_KERNEL_POLICY) or keeps in their configuration
+    folder. Never one found beside the notebook: a cloned folder may ship one, and a cell whose
+    workspace is that folder could write one."""
     explicit = env.get("SANDBOX_KERNEL_POLICY")
     if explicit:
         return Path(explicit).expanduser()  # load_policy: a missing file gives the defaults
     xdg = env.get("XDG_CONFIG_HOME")
     user = (Path(xdg) if xdg else Path.home() / ".config") / "sandbox-kernel" / "policy.toml"
-    for candidate in (here / "config" / "policy.toml", user):
-        if candidate.is_file():
-            return candidate
-    return None
+    return user if user.is_file() else None
+
+
+def guest_can_write(path: Path, workspace: Path) -> bool:
+    """Whether `path` (links followed) lies in the workspace, which the guest writes: a file
+    there may never configure the host (a policy, a dataset registry, the guard's lists)."""
+    return path.expanduser().resolve().is_relative_to(workspace.resolve())
+
+
+def _refuse_guest_writable(source: Path | None, workspace: Path) -> None:
+    """A policy file the guest could have written would let a cell configure the next
+    session's sandbox: refused, the kernel does not start."""
+    if source is not None and guest_can_write(source, workspace):
+        message = (
+            f"lies inside the workspace {workspace}, which the sandboxed code can write: "
+            "keep policy files outside it"
+        )
+        raise PolicyValidationError([FieldError("", message)], source=source)
 
 
 def _notebook_policy(source: Path | None) -> ExecutionPolicy:

@@ -411,6 +411,7 @@ class Bridge:
                 stop=stop_check(),
                 deadline=deadline,
                 log=log.append,
+                index_url=self.config.package_index_url,
             )
             try:
                 wheels = fetcher.resolve(parsed, installed, environment)

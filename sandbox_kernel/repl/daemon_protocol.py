@@ -80,6 +80,7 @@ DATA_FIELDS: Final = frozenset(
         "ipython",
         "packages",
         "max_package_bytes",
+        "package_index_url",
         "notebook_dir",
     }
 )

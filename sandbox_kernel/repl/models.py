@@ -8,9 +8,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Literal, Self
+from typing import Annotated, Any, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PositiveInt
 
 from sandbox_kernel.core.policy import ExecutionPolicy
 from sandbox_kernel.core.results import WheelRecord
@@ -25,6 +25,15 @@ __all__ = [
 ]
 
 LineCallback = Callable[[str], None]
+
+
+def _index_url(value: str) -> str:
+    if not value.startswith(("https://", "http://", "file:///")) or any(c.isspace() for c in value):
+        raise ValueError("must be an http(s):// or file:/// URL with no spaces")
+    return value
+
+
+HttpOrFileURL = Annotated[str, AfterValidator(_index_url)]
 
 
 class ExecutionStatus(StrEnum):
@@ -93,8 +102,10 @@ class REPLConfig(BaseModel):
     # package index, unpacked by the guest into <workspace>/.packages. Off by default: the
     # host fetches what the guest names. `max_package_bytes` caps one %pip install;
     # `on_packages` hears of each set of wheels fetched (the kernel logs their SHA-256).
+    # `package_index_url` is the one index pip reads (no pip configuration of the host's is).
     packages: bool = False
     max_package_bytes: PositiveInt = 100 * 1024 * 1024
+    package_index_url: HttpOrFileURL = "https://pypi.org/simple/"
     on_packages: Callable[[list[WheelRecord]], None] | None = None
     # A host folder mounted read-only at /notebook and made the working folder, so a
     # notebook's relative paths (pd.read_csv("data/x.csv")) read its own folder's files;

@@ -40,14 +40,7 @@ def index() -> Iterator[PackageIndex]:
     index.add("slowpoke", "1.0", {"slowpoke.py": ""})
     index.slow["slowpoke-1.0-py3-none-any.whl"] = 60.0
     with index:
-        saved = {key: os.environ.get(key) for key in index.pip_env()}
-        os.environ.update(index.pip_env())
         yield index
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 def _renamed(index: PackageIndex, name: str, claimed: str) -> bytes:
@@ -66,9 +59,13 @@ def _renamed(index: PackageIndex, name: str, claimed: str) -> bytes:
     return out.getvalue()
 
 
-def _config(tmp_path: Path, **changes: object) -> REPLConfig:
-    """An IPython session with %pip on, in `tmp_path`, with `changes`."""
-    settings: dict[str, object] = {"timeout_ms": 60_000, "max_package_bytes": 100_000}
+def _config(tmp_path: Path, index: PackageIndex, **changes: object) -> REPLConfig:
+    """An IPython session with %pip on `index`, in `tmp_path`, with `changes`."""
+    settings: dict[str, object] = {
+        "timeout_ms": 60_000,
+        "max_package_bytes": 100_000,
+        "package_index_url": index.url,
+    }
     settings.update(changes)
     return REPLConfig(
         ipython=True,
@@ -81,7 +78,7 @@ def _config(tmp_path: Path, **changes: object) -> REPLConfig:
 
 @pytest.fixture
 def session(tmp_path: Path, index: PackageIndex) -> Iterator[ReplSandbox]:
-    with ReplSandbox(_config(tmp_path)) as repl:
+    with ReplSandbox(_config(tmp_path, index)) as repl:
         yield repl
 
 
@@ -182,7 +179,7 @@ def test_an_interrupt_ends_a_download_that_never_finishes(session: ReplSandbox) 
 def test_the_cell_deadline_ends_a_download_that_never_finishes(
     tmp_path: Path, index: PackageIndex
 ) -> None:
-    with ReplSandbox(_config(tmp_path, timeout_ms=4_000)) as repl:
+    with ReplSandbox(_config(tmp_path, index, timeout_ms=4_000)) as repl:
         started = time.monotonic()
         done = repl.execute("%pip install slowpoke")
         assert time.monotonic() - started < 20, done

@@ -10,7 +10,7 @@ import pytest
 from sandbox_kernel.core.errors import FieldError, PolicyValidationError
 from sandbox_kernel.core.policy import DEFAULT_ENV, ExecutionPolicy, load_policy
 
-EXAMPLE_POLICY = Path(__file__).resolve().parents[2] / "config" / "policy.toml"
+EXAMPLE_POLICY = Path(__file__).resolve().parents[2] / "config" / "policy.example.toml"
 
 
 @pytest.fixture

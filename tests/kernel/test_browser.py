@@ -1,13 +1,13 @@
 """The output firewall in a real browser: JupyterLab on 127.0.0.1 with a token, Debian's
 Chromium driven by Playwright (never a downloaded browser), notebooks on `sandbox-python`.
 
-A notebook of every probe (tests/attacks/xss_probes.py) runs top to bottom; then no script may
-have run (`window.__pwned`), no terminal may exist (GET /api/terminals), a DataFrame must show
-as a table and plots as images, and the user must see the firewall's notes. The notebook is
-saved and the page reloaded (JupyterLab signs a saved notebook as trusted and renders it
-again): still nothing runs. A control notebook beside it, whose policy sets
-`trust_outputs = true`, proves the probes do run when the firewall is off, so the checks above
-can fail. Screenshots of failures are kept in the test's temporary folder.
+A notebook of every probe (tests/attacks/xss_probes.py) runs top to bottom; then no script may have
+run (`window.__pwned`), no terminal may exist (GET /api/terminals), a DataFrame must show as a table
+and plots as images, and the user must see the firewall's notes. The notebook is saved and the page
+reloaded (JupyterLab signs a saved notebook as trusted and renders it again): still nothing runs. A
+control notebook beside it, on a kernel spec installed with a policy that sets `trust_outputs =
+true` (`sandbox-kernel install --policy`), proves the probes do run when the firewall is off, so the
+checks above can fail. Screenshots of failures are kept in the test's temporary folder.
 
 A machine without the browser FAILS here with the reason: bin/test's set-up installs it.
 """
@@ -64,28 +64,41 @@ class Lab:
             return json.loads(response.read())
 
 
-def _notebook(path: Path, cells: list[str], policy: str) -> None:
+def _notebook(path: Path, cells: list[str], kernel: str = KERNEL_NAME) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    (path.parent / "config").mkdir(exist_ok=True)
-    (path.parent / "config" / "policy.toml").write_text(policy)  # found beside the notebook
     book = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
-    book.metadata["kernelspec"] = {
-        "name": KERNEL_NAME,
-        "display_name": "sandbox",
-        "language": "python",
-    }
+    book.metadata["kernelspec"] = {"name": kernel, "display_name": kernel, "language": "python"}
     nbformat.write(book, path)
+
+
+def _trusting_spec(root: Path) -> tuple[str, Path]:
+    """A kernel spec of its own whose policy trusts outputs (`sandbox-kernel install --policy`,
+    the way a user gives notebooks a policy), under a prefix of the test's; (name, its
+    JUPYTER_PATH folder)."""
+    (root / "trusting.toml").write_text("[policy]\ntrust_outputs = true\n")
+    name = f"{KERNEL_NAME}-trusting"
+    prefix = root / ".prefix"
+    script = Path(sys.executable).with_name("sandbox-kernel")
+    done = subprocess.run(
+        [str(script), "install", "--prefix", str(prefix), "--name", name,
+         "--policy", str(root / "trusting.toml")],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return name, prefix / "share" / "jupyter"
 
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     install_kernel_spec()
     root = tmp_path_factory.mktemp("lab")
-    _notebook(root / "probes" / "probes.ipynb", [p.code for p in PROBES] + ORDINARY_CELLS, "")
+    _notebook(root / "probes" / "probes.ipynb", [p.code for p in PROBES] + ORDINARY_CELLS)
     control = [p.code for p in PROBES if p.id in ("img-onerror", "repr-html")]
-    _notebook(root / "trusted" / "control.ipynb", control, "[policy]\ntrust_outputs = true\n")
+    trusting, specs = _trusting_spec(root)
+    _notebook(root / "trusted" / "control.ipynb", control, trusting)
     token, port = secrets.token_hex(16), free_port()
     env = {**os.environ, "SANDBOX_KERNEL_RUN_LOG": str(root / "runs.jsonl")}
+    env["JUPYTER_PATH"] = os.pathsep.join(filter(None, [str(specs), env.get("JUPYTER_PATH")]))
     env.pop("SANDBOX_KERNEL_POLICY", None)
     log = (root / "server.log").open("wb")
     server = subprocess.Popen(

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
+from sandbox_kernel.core.errors import PolicyValidationError
 from sandbox_kernel.kernel.settings import FUEL_PER_SECOND, KernelSettings
 
 
@@ -51,3 +54,60 @@ def test_the_notebook_folder_is_mounted_only_when_asked(tmp_path: Path) -> None:
     assert asked.repl_config().notebook_dir == tmp_path.resolve()
     # A typo grants nothing.
     assert _switches(tmp_path, SANDBOX_KERNEL_NOTEBOOK_FOLDER="read-write").notebook_dir is None
+
+
+# -- where a policy file may come from (never beside the notebook, never the guest's) ----------
+
+
+def test_a_policy_file_beside_the_notebook_is_not_read(tmp_path: Path) -> None:
+    """A cloned folder's config/policy.toml (or the repository's own example) configures
+    nothing: only SANDBOX_KERNEL_POLICY or the user's configuration folder do."""
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "policy.toml").write_text(
+        'fuel_budget = 2000\ntrust_outputs = true\nmount_data_dir = "/"\n'
+    )
+    env = {
+        "SANDBOX_KERNEL_WORKSPACE": str(tmp_path / "workspace"),
+        "XDG_CONFIG_HOME": str(tmp_path / "nothing-here"),
+    }
+    settings = KernelSettings.from_environment(env, cwd=tmp_path)
+    assert settings.policy_source is None
+    assert settings.policy.trust_outputs is False
+    assert settings.policy.mount_data_dir is None
+    assert settings.policy.fuel_budget == 600 * FUEL_PER_SECOND
+
+
+def test_the_users_configuration_folder_is_read(tmp_path: Path) -> None:
+    folder = tmp_path / "xdg" / "sandbox-kernel"
+    folder.mkdir(parents=True)
+    (folder / "policy.toml").write_text("timeout_seconds = 42\n")
+    env = {
+        "SANDBOX_KERNEL_WORKSPACE": str(tmp_path / "workspace"),
+        "XDG_CONFIG_HOME": str(tmp_path / "xdg"),
+    }
+    settings = KernelSettings.from_environment(env, cwd=tmp_path)
+    assert settings.policy_source == folder / "policy.toml"
+    assert settings.policy.timeout_seconds == 42
+
+
+@pytest.mark.parametrize(
+    "where",
+    ["named-inside", "config-folder-inside", "linked-from-outside"],
+)
+def test_a_policy_file_the_guest_can_write_is_refused(tmp_path: Path, where: str) -> None:
+    """A workspace that holds the policy file (the workspace set to the notebook's folder, or
+    to a home folder) would let a cell configure the next session: the kernel refuses."""
+    workspace = tmp_path / "workspace"
+    env = {"SANDBOX_KERNEL_WORKSPACE": str(workspace)}
+    inside = workspace / "sandbox-kernel" / "policy.toml"
+    inside.parent.mkdir(parents=True)
+    inside.write_text("trust_outputs = true\n")
+    if where == "named-inside":
+        env["SANDBOX_KERNEL_POLICY"] = str(inside)
+    elif where == "config-folder-inside":
+        env["XDG_CONFIG_HOME"] = str(workspace)
+    else:
+        (tmp_path / "outside.toml").symlink_to(inside)
+        env["SANDBOX_KERNEL_POLICY"] = str(tmp_path / "outside.toml")
+    with pytest.raises(PolicyValidationError, match="inside the workspace"):
+        KernelSettings.from_environment(env, cwd=tmp_path)
