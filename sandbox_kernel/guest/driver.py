@@ -85,12 +85,18 @@ _CHECK_SOURCE = f"if {FLAG_NAME}[0]: {DRIVER_NAME}.interrupted()"
 _TRIVIA = {tokenize.NEWLINE, tokenize.NL, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT}
 # What the reactor's turns and run_cell themselves use: put back when a cell replaces them.
 _KEPT_BUILTINS = ("__import__", "compile", "exec", "eval", "repr", "isinstance", "len")
+_KEPT_HELPERS = ("display", "input")  # the sandbox's, in builtins: as IPython keeps display
 _KEPT_LINECACHE = ("cache", "_interactive_cache", "getline")
 _LONGEST_SLEEP_SECONDS = 9.2e9  # what fits time.sleep's int64 nanoseconds
 _MISSING = object()
 # The shell's methods the driver calls: an instance attribute of that name is a cell's, removed.
 _SHELL_METHODS = frozenset({"run_cell", "run_cell_async", "transform_cell", "run_ast_nodes"})
 _NO_CTX = object()
+# The driver's own voice, taken when it is loaded: a cell may rebind print, or set sys.stdout
+# and sys.stderr to None or close them, and the driver must still run and report the next cell.
+_PRINT = builtins.print
+_STREAMS = {"stdout": sys.stdout, "stderr": sys.stderr}
+_FDS = {"stdout": 1, "stderr": 2}
 
 
 def install(
@@ -337,7 +343,7 @@ class Driver:
         if failure is None:
             status, error = "ok", None
             if self._outcome.get("error"):  # a formatter's failure, shown, the cell went on
-                print("\n".join(self._outcome["error"]["traceback"]), file=sys.stderr)
+                _warn("\n".join(self._outcome["error"]["traceback"]))
         else:
             status = "cancelled" if isinstance(failure, KeyboardInterrupt) else "error"
             if error is None and _is_usage_error(failure):  # IPython put it on stderr
@@ -392,10 +398,9 @@ class Driver:
             self.start_shell()
         except Exception as failure:  # the next cell reports it again; the host rebuilds
             exc = failure
-        print(
+        _warn(
             f"[sandbox] IPython's shell failed ({_describe(exc)}) and was started again: "
-            "variables are kept, In and Out start afresh",
-            file=sys.__stderr__ or sys.stderr,
+            "variables are kept, In and Out start afresh"
         )
 
     # -- what the shell reports (shell.py) -------------------------------------------------
@@ -471,12 +476,12 @@ class Driver:
                     data = {"image/png": png, "text/plain": plain_text(figure)}
                     self._send_display({"data": data, "metadata": {}})
         except Exception as exc:  # a figure that cannot be drawn is reported, the reply still goes
-            print(f"could not show a matplotlib figure: {_describe(exc)}", file=sys.stderr)
+            _warn(f"could not show a matplotlib figure: {_describe(exc)}")
         finally:
             try:
                 pyplot.close("all")
             except Exception as exc:  # as above
-                print(f"could not close matplotlib figures: {_describe(exc)}", file=sys.stderr)
+                _warn(f"could not close matplotlib figures: {_describe(exc)}")
 
     # -- calls from the host -------------------------------------------------------------
 
@@ -678,6 +683,7 @@ class Driver:
         would come back with every rollback)."""
         self._kept = [
             *((vars(builtins), name, vars(builtins)[name]) for name in _KEPT_BUILTINS),
+            *((vars(builtins), name, vars(builtins).get(name)) for name in _KEPT_HELPERS),
             *((vars(linecache), name, vars(linecache).get(name)) for name in _KEPT_LINECACHE),
             (vars(builtins), DRIVER_NAME, self),
             (vars(builtins), FLAG_NAME, self.flag),
@@ -707,12 +713,12 @@ class Driver:
             repaired.append(f"{DRIVER_NAME}.{name}")
         repaired.extend(self._methods.put_back())
         repaired.extend(self._repair_shell())
+        repaired.extend(_mend_streams())
         if repaired:
-            print(
+            _warn(
                 "[sandbox] this cell replaced what the sandbox needs to run cells ("
                 + ", ".join(repaired)
-                + "): it was put back",
-                file=sys.__stderr__ or sys.stderr,
+                + "): it was put back"
             )
 
     def _repair_shell(self) -> list[str]:
@@ -877,10 +883,49 @@ def _forget_turns() -> None:
 
 
 def _flush_streams() -> None:
-    for stream in (sys.stdout, sys.stderr):
+    for stream in (sys.stdout, sys.stderr, *_STREAMS.values()):
         # A stream the cell closed or replaced has nothing left to flush.
         with contextlib.suppress(Exception):
             stream.flush()
+
+
+def _usable(stream: Any) -> bool:
+    try:
+        return callable(getattr(stream, "write", None)) and not getattr(stream, "closed", False)
+    except Exception:  # a property that raises: not a stream to write to
+        return False
+
+
+def _own_stream(name: str) -> Any:
+    """The sandbox's own stdout or stderr; opened again on its descriptor if a cell closed it
+    (the standard streams never close their descriptor)."""
+    stream = _STREAMS[name]
+    if not _usable(stream):
+        raw = io.FileIO(_FDS[name], "w", closefd=False)
+        stream = io.TextIOWrapper(
+            raw, encoding="utf-8", errors="backslashreplace", line_buffering=True
+        )
+        _STREAMS[name] = stream
+    return stream
+
+
+def _mend_streams() -> list[str]:
+    """sys.stdout and sys.stderr put back when a cell left them unusable (None, closed, no
+    write): IPython writes to both as it runs a cell. A stream of the cell's own (a StringIO
+    that captures) is kept, as in ipykernel."""
+    mended = []
+    for name in _STREAMS:
+        if not _usable(getattr(sys, name, None)):
+            setattr(sys, name, _own_stream(name))
+            mended.append(f"sys.{name}")
+    return mended
+
+
+def _warn(text: str) -> None:
+    """A line for the user on the sandbox's own stderr, whatever a cell did to print, to
+    sys.stderr or to sys.__stderr__."""
+    with contextlib.suppress(Exception):
+        _PRINT(text, file=_own_stream("stderr"), flush=True)
 
 
 # -- MIME bundles --------------------------------------------------------------------------
@@ -912,7 +957,7 @@ def format_bundle(obj: object) -> tuple[dict[str, Any], dict[str, Any]]:
         try:
             _put(data, "image/png", _figure_png(obj))
         except Exception as exc:  # shown as text only, with the reason on stderr
-            print(f"could not draw the figure: {_describe(exc)}", file=sys.stderr)
+            _warn(f"could not draw the figure: {_describe(exc)}")
     data.setdefault("text/plain", plain_text(obj))
     return data, metadata if _is_jsonable(metadata) else {}
 

@@ -181,6 +181,9 @@ class ReplSandbox(ContextManagedSession):
         self._destroyed = False
         self.rollbacks = 0
         self.rebuilds = 0  # sessions started again because a cell broke the driver
+        # Cells in a row whose driver never reported: a second one means the state the
+        # rollbacks return to cannot run cells (an earlier cell damaged it), so it is rebuilt.
+        self._unanswered = 0
         self._totals = {"executions": 0, "fuel_consumed": 0, "duration_ms": 0.0}
         self.bridge = Bridge(self.config, lambda: self._context)
         _LIVE.add(self)
@@ -337,9 +340,12 @@ class ReplSandbox(ContextManagedSession):
             reply = self.bridge.replies.pop(number, None)
             if outcome.trapped or reply is None:
                 execution = self._rolled_back(session, outcome, number)
-                if not outcome.trapped and not self._driver_answers():
-                    return self._rebuilt(outcome, number)
+                if not outcome.trapped:
+                    self._unanswered += 1
+                    if self._unanswered > 1 or not self._driver_answers():
+                        return self._rebuilt(outcome, number)
                 return execution
+            self._unanswered = 0
             self._image_pending = defer_image
             if not defer_image:
                 self._start_capture(session)
@@ -419,6 +425,7 @@ class ReplSandbox(ContextManagedSession):
         its variables are gone; files under the workspace are kept."""
         self._release_session()
         self.rebuilds += 1
+        self._unanswered = 0
         self.initialize(self._context)
         return stopped_execution(
             ExecutionStatus.ERROR, "SandboxSessionRebuilt", _REBUILD_NOTE, outcome, number
