@@ -75,6 +75,8 @@ from sandbox_kernel.host.output import CappedStream
 from sandbox_kernel.host.stops import StopTurn
 from sandbox_kernel.host.wasi_config import Preopen, make_wasi_config
 from sandbox_kernel.host.wasi_guards import GuardLimits, RunGuard, guarding
+from sandbox_kernel.host.wasi_quota import ENTRY_COST_BYTES
+from sandbox_kernel.host.workspace import disk_usage
 from sandbox_kernel.host.write_watch import PAGE_SIZE, WriteWatch
 
 __all__ = [
@@ -324,6 +326,9 @@ class GuestSession:
         # capture copies is then what the turns between wrote, their footprint.
         self._all_protected = False
         self._footprint = 0  # the last footprint measured: the writable pages' bound follows it
+        # The writable folders as the quota counts them at the start: the quota bounds growth.
+        self._writable = [p.host for p in config.preopens if p.writable]
+        self._disk_at_start = disk_usage(self._writable, ENTRY_COST_BYTES)
         self._fresh_instance()
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -346,12 +351,20 @@ class GuestSession:
         door = self._door if self._handler is not None else None
         previous = getattr(self, "_guard", None)
         self._guard = RunGuard(self.config.guard, None, cancel=threading.Event(), door=door)
+        self._guard.measure = self._disk_growth
         if previous is not None:  # files outlive a rollback: so does what they count
             self._guard.bytes_written = previous.bytes_written
         with guarding(self._guard):
             self._instance = instantiate_guarded(store, self.handle, self.module, self._guard)
         self._store = store
         self._base = self._memory_base()
+
+    def _disk_growth(self) -> int | None:
+        """What the writable folders hold now beyond the start (None: too many entries)."""
+        now = disk_usage(self._writable, ENTRY_COST_BYTES)
+        if now is None or self._disk_at_start is None:
+            return None
+        return max(0, now - self._disk_at_start)
 
     def _door(self, frame: bytes) -> bytes:
         assert self._handler is not None

@@ -118,6 +118,10 @@ class RunGuard:
     start_path: bytes | None = None  # a one-shot run's script: its opening starts the user's code
     fuel_left_at_start: int | None = None  # fuel left when the user's script began (one-shot)
     fuel_left_at_end: int | None = None  # ... and when it ended
+    # What the writable folders hold beyond the session's start, measured on the disk (None:
+    # not measured, as for a one-shot run); asked at most once per turn (wasi_quota.py).
+    measure: Callable[[], int | None] | None = None
+    measured_this_turn: bool = False
     _forwards: dict[str, Any] = field(default_factory=dict)
     _private: dict[str, Any] = field(default_factory=dict)
     _private_memory: Any = None
@@ -128,6 +132,7 @@ class RunGuard:
         self.deadline = deadline
         self.refusals = []
         self.stop_reason = None
+        self.measured_this_turn = False
         if self.cancel is not None:
             self.cancel.clear()
 
@@ -135,6 +140,17 @@ class RunGuard:
         if len(self.refusals) < 100:  # a guest retrying in a loop does not grow the host
             self.refusals.append((kind, detail))
         return errno
+
+    def measure_again(self) -> bool:
+        """Set bytes_written from the disk (once per turn); whether it was."""
+        if self.measure is None or self.measured_this_turn:
+            return False
+        self.measured_this_turn = True
+        measured = self.measure()
+        if measured is None:
+            return False
+        self.bytes_written = measured
+        return True
 
     def stopped(self) -> bool:
         if self.cancel is not None and self.cancel.is_set():

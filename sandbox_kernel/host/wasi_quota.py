@@ -10,6 +10,11 @@
 Each rule is a shadow of wasi_guards.py (which registers RULES): it answers with a WASI errno,
 and forwards to wasmtime's own call through the guard.
 
+The count follows the disk: files may be removed on the host too (a file browser, `rm`), which
+no WASI call tells the guard of. So a charge that would pass the quota first measures the
+writable folders again (`RunGuard.measure`, at most once per turn) and counts what they hold
+now beyond what they held when the session began.
+
 Must not import: sandbox_kernel.runtimes, repl, anything Jupyter; wasi_guards only for types.
 """
 
@@ -56,8 +61,11 @@ def _grow(guard: RunGuard, caller: Any, fd: int, end: int) -> int | None:
 
 def _charge(guard: RunGuard, growth: int) -> int | None:
     """EDQUOT when `growth` more bytes would pass the session's workspace quota; else count."""
-    if guard.bytes_written + growth > guard.limits.workspace_max_bytes:
-        total, quota = guard.bytes_written + growth, guard.limits.workspace_max_bytes
+    quota = guard.limits.workspace_max_bytes
+    if guard.bytes_written + growth > quota:
+        guard.measure_again()  # files removed on the host give their room back
+    if guard.bytes_written + growth > quota:
+        total = guard.bytes_written + growth
         detail = f"the workspace would grow by {total:,} bytes (quota {quota:,})"
         return guard.refuse("file_size", detail, EDQUOT)
     guard.bytes_written += growth

@@ -23,6 +23,7 @@ __all__ = [
     "Entry",
     "Snapshot",
     "diff",
+    "disk_usage",
     "remove_tree",
     "snapshot",
     "write_file_nofollow",
@@ -72,6 +73,29 @@ def snapshot(
         except (FileNotFoundError, NotADirectoryError, PermissionError):
             continue
     return Snapshot(entries, complete=True)
+
+
+def disk_usage(roots: list[Path], entry_cost: int, limit: int = MAX_ENTRIES) -> int | None:
+    """What the folders under `roots` hold as the workspace quota counts it: each file's size,
+    `entry_cost` for each folder, link or other entry; links never followed. None when more
+    than `limit` entries would have to be looked at."""
+    total, seen = 0, 0
+    pending = list(roots)
+    while pending:
+        folder = pending.pop()
+        try:
+            with os.scandir(folder) as listing:
+                for item in listing:
+                    seen += 1
+                    if seen > limit:
+                        return None
+                    st = item.stat(follow_symlinks=False)
+                    if stat.S_ISDIR(st.st_mode):
+                        pending.append(Path(item.path))
+                    total += st.st_size if stat.S_ISREG(st.st_mode) else entry_cost
+        except (FileNotFoundError, NotADirectoryError, PermissionError):
+            continue
+    return total
 
 
 def _kind(st: os.stat_result) -> str:

@@ -6,6 +6,7 @@ is unharmed and the session answers (or says plainly that it was rebuilt).
 
 from __future__ import annotations
 
+import shutil
 import threading
 import time
 from collections.abc import Iterator
@@ -191,6 +192,29 @@ def test_removing_files_gives_the_quota_back(make: Any) -> None:
         )
         assert result.ok, result.error
     assert repl.execute("earlier").result == {"text/plain": "'kept'"}
+
+
+def test_files_removed_on_the_host_give_the_quota_back(make: Any, workspace: Path) -> None:
+    """A file browser's delete or an `rm` tells the guard nothing: the quota follows the disk."""
+    repl = make({"workspace_max_bytes": QUOTA})
+    for round_ in range(3):
+        wrote = repl.execute(
+            f"import os\nos.makedirs('/app/made{round_}/a/b')\n"
+            f"open('/app/made{round_}/big.bin', 'wb').write(b'x' * 15_000_000)"
+        )
+        assert wrote.ok, (round_, wrote.error)
+        shutil.rmtree(workspace / f"made{round_}")  # on the host, between cells
+    assert repl.execute("earlier").result == {"text/plain": "'kept'"}
+
+
+def test_the_disk_measure_never_lets_the_guest_past_the_quota(make: Any, workspace: Path) -> None:
+    """Measuring again only ever counts what is there: a full workspace stays full."""
+    repl = make({"workspace_max_bytes": QUOTA})
+    assert repl.execute("open('/app/a.bin', 'wb').write(b'x' * 15_000_000)").ok
+    for _ in range(3):
+        refused = repl.execute("open('/app/b.bin', 'wb').write(b'x' * 15_000_000)")
+        assert not refused.ok
+    assert used_bytes(workspace) <= QUOTA
 
 
 # -- 11. descriptors across a rollback --------------------------------------------------------
