@@ -3,7 +3,8 @@
     sandbox-kernel daemon start | stop | status   [--socket PATH] [--pool N] [--max-sessions M]
 
 It listens on a Unix socket (~/.rlm/daemon.sock by default, the seed's path; its folder is
-made 0700 and the socket 0600) and serves only its own user (SO_PEERCRED). It keeps `pool`
+made 0700, or must already be this user's own and writable by no one else, and the socket is
+0600; its log is never opened through a link) and serves only its own user (SO_PEERCRED). It keeps `pool`
 worker processes warm (daemon_worker.py: wasmtime loaded, the guest mapped, the warm image
 restored once). A client's `open` takes a warm worker, which receives the client's connection
 itself (SCM_RIGHTS) and serves that one session; the daemon then starts a worker to refill the
@@ -31,12 +32,14 @@ import logging
 import os
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, BinaryIO, Final
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -102,8 +105,7 @@ class Daemon:
     # -- the socket ----------------------------------------------------------------------------
 
     def _bind(self) -> socket.socket:
-        folder = self.path.parent
-        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        private_folder(self.path.parent)
         if daemon_answers(self.path):
             raise DaemonUnavailable(f"a daemon already answers at {self.path}")
         with contextlib.suppress(FileNotFoundError):
@@ -345,13 +347,13 @@ def start_daemon(settings: DaemonSettings, log: Path | None = None) -> dict[str,
     path = settings.socket.expanduser()
     with contextlib.suppress(DaemonUnavailable):
         return daemon_status(path)
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    private_folder(path.parent)
     log = log or path.with_suffix(".log")
     argv = [
         sys.executable, "-m", "sandbox_kernel.repl.daemon", "--socket", str(path),
         "--pool", str(settings.pool), "--max-sessions", str(settings.max_sessions),
     ]  # fmt: skip
-    with log.open("ab") as output:
+    with _append_nofollow(log) as output:
         # --detach: the process forks and its first half exits at once, so the daemon is
         # nobody's child (never a zombie of ours, never killed with our terminal).
         code = subprocess.run(
@@ -373,6 +375,40 @@ def start_daemon(settings: DaemonSettings, log: Path | None = None) -> dict[str,
             return status
         time.sleep(0.2)
     raise DaemonUnavailable(f"the daemon did not warm up within {_START_SECONDS:g} s; see {log}")
+
+
+def private_folder(folder: Path) -> None:
+    """Make `folder` (0700), or check that the one there is this user's own and no one
+    else's to write: a folder another user can write (a shared /tmp, a planted link) could
+    swap the socket or the log for a link to a file of theirs or of root's."""
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    info = folder.lstat()
+    problem = None
+    if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
+        problem = "is a link or not a folder"
+    elif info.st_uid != os.getuid():
+        problem = f"belongs to another user (uid {info.st_uid})"
+    elif info.st_mode & 0o022:
+        problem = f"can be written by other users (mode {stat.filemode(info.st_mode)})"
+    if problem is not None:
+        raise DaemonUnavailable(
+            f"the daemon's folder {folder} {problem}: give --socket a path in a folder of "
+            "your own (the default is ~/.rlm/daemon.sock)"
+        )
+
+
+@contextlib.contextmanager
+def _append_nofollow(log: Path) -> Iterator[BinaryIO]:
+    """The log opened to append, never through a link (O_NOFOLLOW), created 0600."""
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        descriptor = os.open(log, flags, 0o600)
+    except OSError as exc:
+        raise DaemonUnavailable(
+            f"the daemon's log {log} cannot be opened: {exc.strerror}"
+        ) from None
+    with os.fdopen(descriptor, "ab") as output:
+        yield output
 
 
 def _log_says_stopped(log: Path, path: Path) -> bool:

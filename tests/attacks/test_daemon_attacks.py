@@ -10,6 +10,7 @@ import signal
 import socket
 import struct
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -262,3 +263,52 @@ def test_frames_from_a_client_over_the_cap_end_only_that_session(
         repl.destroy()
 
     still_serves(daemon, workspace)
+
+
+# -- the daemon's folder (issue 31, item 6) ----------------------------------------------------
+
+
+def _victim(tmp_path: Path) -> Path:
+    victim = tmp_path / "victim" / "passwd"
+    victim.parent.mkdir()
+    victim.write_text("root:x:0:0\n")
+    return victim
+
+
+@pytest.mark.parametrize("folder_kind", ["other-users-shared", "world-writable", "link-to-folder"])
+def test_a_folder_the_daemon_did_not_make_is_refused(tmp_path: Path, folder_kind: str) -> None:
+    """`daemon start --socket DIR/d.sock` in a folder others can write: refused before anything
+    is written there, and a log planted as a link to another file is never followed."""
+    victim = _victim(tmp_path)
+    folder = tmp_path / "shared"
+    if folder_kind == "link-to-folder":
+        (tmp_path / "real").mkdir(mode=0o700)
+        folder.symlink_to(tmp_path / "real")
+    else:
+        folder.mkdir()
+        os.chmod(folder, 0o1777 if folder_kind == "other-users-shared" else 0o777)
+        if folder_kind == "other-users-shared":
+            os.chown(folder, 65534, 65534)  # nobody's, as /tmp is root's
+    (folder / "d.log").symlink_to(victim)
+    command = [sys.executable, "-m", "sandbox_kernel.cli", "daemon", "start"]
+    done = subprocess.run(
+        [*command, "--socket", str(folder / "d.sock"), "--pool", "1"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode != 0
+    assert "folder of your own" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
+    assert victim.read_text() == "root:x:0:0\n"
+    assert not (folder / "d.sock").exists()
+
+
+def test_a_log_planted_as_a_link_is_not_followed(tmp_path: Path) -> None:
+    from sandbox_kernel.repl.daemon import start_daemon
+
+    victim = _victim(tmp_path)
+    folder = tmp_path / "mine"
+    folder.mkdir(mode=0o700)
+    (folder / "d.log").symlink_to(victim)
+    with pytest.raises(DaemonUnavailable, match="cannot be opened"):
+        start_daemon(DaemonSettings(socket=folder / "d.sock", pool=1))
+    assert victim.read_text() == "root:x:0:0\n"
