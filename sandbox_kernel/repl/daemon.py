@@ -2,13 +2,13 @@
 
     sandbox-kernel daemon start | stop | status   [--socket PATH] [--pool N] [--max-sessions M]
 
-It listens on a Unix socket (~/.rlm/daemon.sock by default, the seed's path; its folder is
-made 0700, or must already be this user's own and writable by no one else, and the socket is
-0600; its log is never opened through a link) and serves only its own user (SO_PEERCRED). It keeps `pool`
-worker processes warm (daemon_worker.py: wasmtime loaded, the guest mapped, the warm image
-restored once). A client's `open` takes a warm worker, which receives the client's connection
-itself (SCM_RIGHTS) and serves that one session; the daemon then starts a worker to refill the
-pool. The daemon never runs guest code and never relays a cell's bytes.
+It listens on a Unix socket (~/.rlm/daemon.sock by default, the seed's path; its folder is made
+0700, or must already be this user's own and writable by no one else, and the socket is 0600; its
+log is never opened through a link) and serves only its own user (SO_PEERCRED). It keeps `pool`
+worker processes warm (daemon_worker.py: wasmtime loaded, the guest mapped, the warm image restored
+once). A client's `open` takes a warm worker, which receives the client's connection itself
+(SCM_RIGHTS) and serves that one session; the daemon then starts a worker to refill the pool. The
+daemon never runs guest code and never relays a cell's bytes.
 
 Faults: a frame that is malformed or too large, a peer of another user, or one that sends
 nothing for OPEN_TIMEOUT seconds gets an error and is closed; the daemon goes on. A client
