@@ -18,7 +18,9 @@ What it does, in the order of Enterprise Gateway's remote-process protocol (laun
    liveness poll; 2 interrupts a cell, as `interrupt_mode: signal` does locally; 9 and 15 stop
    the kernel) and `{"shutdown": 1}`. Anyone who reaches the port can send these, so only those
    signals are obeyed, a request is at most `_REQUEST_MAX_BYTES` read within
-   `_REQUEST_SECONDS`, and anything else is logged and dropped: the kernel lives on.
+   `_REQUEST_SECONDS` in all, each connection is read on a thread of its own (a slow sender
+   cannot delay the gateway's interrupt), and anything else is logged and dropped: the kernel
+   lives on.
 4. Runs the kernel: `SandboxKernelApp` on that connection file, in this process; the file
    (it holds the HMAC key) is removed as soon as the kernel has read it.
 
@@ -40,6 +42,7 @@ import socket
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -60,7 +63,8 @@ LAUNCHER_VERSION = 1  # the payload version Enterprise Gateway 3 decodes
 _PORT_NAMES = ("shell_port", "iopub_port", "stdin_port", "hb_port", "control_port")
 _OBEYED_SIGNALS = frozenset({0, signal.SIGINT, signal.SIGTERM, signal.SIGKILL})
 _REQUEST_MAX_BYTES = 4096
-_REQUEST_SECONDS = 5.0
+_REQUEST_SECONDS = 5.0  # for a whole request, not for each read
+_CONNECTIONS = 64  # requests read at once; the gateway sends one at a time
 _RESPONSE_SECONDS = 30.0
 _BIND_ATTEMPTS = 20
 
@@ -202,11 +206,16 @@ def _send_connection_info(launch: RemoteLaunch, info: Mapping[str, Any]) -> None
 
 
 def _read_request(conn: socket.socket) -> dict[str, Any] | None:
-    """One request: JSON sent then closed, at most `_REQUEST_MAX_BYTES` within the deadline."""
-    conn.settimeout(_REQUEST_SECONDS)
+    """One request: JSON sent then closed, at most `_REQUEST_MAX_BYTES` within
+    `_REQUEST_SECONDS` for the whole request (a byte a second must not stretch it)."""
+    deadline = time.monotonic() + _REQUEST_SECONDS
     data = b""
     try:
         while len(data) <= _REQUEST_MAX_BYTES:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError
+            conn.settimeout(left)
             chunk = conn.recv(1024)
             if not chunk:
                 break
@@ -240,18 +249,34 @@ def _obey(request: Mapping[str, Any]) -> bool:
 
 
 def _listen(server: socket.socket) -> None:
-    """The communication port's loop: one request per connection, until asked to shut down."""
+    """The communication port's loop: each connection served on a thread of its own (a slow
+    sender must not hold the gateway's next request), at most `_CONNECTIONS` at once (more
+    are closed at once), until a request asks the listener to shut down."""
     server.listen(8)
+    slots = threading.BoundedSemaphore(_CONNECTIONS)
     while True:
         try:
             conn, _ = server.accept()
         except OSError:
             return
+        if not slots.acquire(blocking=False):
+            log.warning("communication port: %d requests are being read; one dropped",
+                        _CONNECTIONS)  # fmt: skip
+            conn.close()
+            continue
+        threading.Thread(
+            target=_serve, args=(server, conn, slots), name="eg-comm-request", daemon=True
+        ).start()
+
+
+def _serve(server: socket.socket, conn: socket.socket, slots: threading.BoundedSemaphore) -> None:
+    try:
         with conn:
             request = _read_request(conn)
         if request is not None and _obey(request):
-            server.close()
-            return
+            server.close()  # the accept loop ends
+    finally:
+        slots.release()
 
 
 def start_listener(server: socket.socket) -> threading.Thread:

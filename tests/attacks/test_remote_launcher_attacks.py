@@ -13,6 +13,7 @@ import contextlib
 import json
 import signal
 import socket
+import threading
 import time
 from collections.abc import Iterator
 
@@ -108,3 +109,32 @@ def test_a_flood_of_connections_leaves_the_kernel_whole(launched: LaunchedKernel
         with contextlib.suppress(OSError):
             launched.request(json.dumps({"signum": 0}).encode())
     _still_whole(launched)
+
+
+def test_clients_sending_a_byte_a_second_do_not_delay_the_gateway(
+    launched: LaunchedKernel,
+) -> None:
+    """Each read used to have its own 5 s, and connections were read one at a time: a byte a
+    second held the port (and the gateway's interrupt) for as long as the sender liked."""
+    stop = threading.Event()
+
+    def trickle() -> None:
+        with contextlib.suppress(OSError):
+            sock = socket.create_connection(("127.0.0.1", launched.comm_port), timeout=10)
+            with sock:
+                for byte in b'{"signum": 0' + b" " * 100:
+                    if stop.is_set():
+                        return
+                    sock.sendall(bytes([byte]))
+                    time.sleep(1.0)
+
+    senders = [threading.Thread(target=trickle, daemon=True) for _ in range(3)]
+    for sender in senders:
+        sender.start()
+    time.sleep(1.0)  # the slow senders are connected first
+    try:
+        _still_whole(launched)
+    finally:
+        stop.set()
+        for sender in senders:
+            sender.join(timeout=5)
