@@ -12,6 +12,14 @@ rules, so mutation-XSS shapes come out as inert text). On top of what Ammonia do
 - CSS, in `<style>` elements (pandas' Styler needs them) and `style` attributes, loses every
   construct that loads or runs something (`url(`, `@import`, `expression(`, bindings) and
   `position: fixed` (an output must not cover JupyterLab's own interface).
+- An HTML output's CSS applies to the output alone: it is wrapped in an element with a class of
+  its own, `sbx-<digest>`, and every selector of its `<style>` elements is put under that class
+  (tinycss2 parses them; only @media and @supports are kept of the at-rules), so
+  `.jp-Notebook {display: none}` or `body::after {content: ...}` reaches nothing of the page.
+- Element ids get the same `sbx-<digest>-` prefix (and so do the `#id` selectors, fragment links
+  and `url(#id)` references that name them), and `name` attributes go: an id or a name would
+  otherwise become a global the page's scripts read (DOM clobbering, CVE-2024-43805; JupyterLab
+  strips both). SVG documents are shown in an <img>, a document of their own: their ids stay.
 - Markdown without raw HTML, images or a script-like URL is kept as it is; otherwise it is
   rendered here (markdown-it, CommonMark) and the HTML sanitized: the frontend then never
   parses the raw HTML itself.
@@ -27,6 +35,7 @@ Must not import: anything Jupyter, wasmtime.
 from __future__ import annotations
 
 import functools
+import hashlib
 import html
 import re
 import threading
@@ -34,6 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import nh3
+import tinycss2
 
 __all__ = [
     "Cleaned",
@@ -42,6 +52,7 @@ __all__ = [
     "clean_latex",
     "clean_markdown",
     "clean_svg",
+    "scoped_css",
     "scrub_json",
 ]
 
@@ -124,6 +135,8 @@ _LATEX_BLOCKED = re.compile(
 )
 _SCRIPT_SCHEMES = ("javascript:", "vbscript:", "livescript:", "data:text", "data:application")
 _URL_NOISE = re.compile(r"[\x00-\x20\x7f\\]+")  # what browsers and markdown drop from URLs
+_KEPT_AT = frozenset({"media", "supports"})  # at-rules whose rules are scoped and kept
+_URL_REFERENCE = re.compile(r"(url\(\s*['\"]?#)", re.IGNORECASE)
 _STYLE_ELEMENT = re.compile(r"(<style\b[^>]*>)(.*?)(</style>)", re.IGNORECASE | re.DOTALL)
 _START_TAG = re.compile(r"<([A-Za-z][^\s/>]*)([^>]*)>")
 _ATTRIBUTE = re.compile(r"""([^\s=/>"']+)(?:\s*=\s*(?:"[^"]*"|'[^']*'|[^\s>]+))?""")
@@ -162,6 +175,74 @@ def _unescape_css(match: re.Match[str]) -> str:
     return char if char.isalnum() or char in "-_" else match.group()
 
 
+def scoped_css(css: str, scope: str, found: list[str] | None = None) -> str:
+    """A style sheet whose rules reach only elements inside an element of class `scope`, with
+    its `#id` selectors renamed as the output's ids are (`scope`-id); at-rules other than
+    @media and @supports are dropped (and added to `found`). Whitespace and comments stay as
+    written, so the sheet reads as the library wrote it."""
+    nodes = tinycss2.parse_stylesheet(css, skip_comments=False, skip_whitespace=False)
+    sheet = "".join(_scoped_node(node, scope, found) for node in nodes)
+    # The serializer writes a string's escapes as the characters they stand for: a `\3c`
+    # would become a `<` that could close the <style> element. CSS reads `\3c ` as `<`.
+    return sheet.replace("<", "\\3c ")
+
+
+def _scoped_node(node: Any, scope: str, found: list[str] | None) -> str:
+    if node.type in ("whitespace", "comment"):
+        return _serialize([node])
+    if node.type == "qualified-rule":
+        selectors = []
+        for part in _split_commas(node.prelude):
+            lead = _leading_whitespace(part)
+            rest = _renamed_ids(part[len(lead) :], scope)
+            selectors.append(f"{_serialize(lead)}.{scope} {rest}")
+        return ",".join(selectors) + "{" + _serialize(node.content) + "}"
+    if node.type == "at-rule" and node.content is not None and node.lower_at_keyword in _KEPT_AT:
+        inner = tinycss2.parse_rule_list(node.content, skip_comments=False, skip_whitespace=False)
+        body = "".join(_scoped_node(child, scope, found) for child in inner)
+        return f"@{node.at_keyword}{_serialize(node.prelude)}{{{body}}}"
+    if found is not None and node.type == "at-rule":
+        if not node.lower_at_keyword.startswith("sandbox-blocked"):  # named by clean_css
+            found.append(f"CSS @{node.at_keyword} rule")
+    elif found is not None and node.type == "error":
+        found.append("CSS that does not parse")
+    return ""
+
+
+def _serialize(nodes: list[Any]) -> str:
+    return str(tinycss2.serialize(nodes))
+
+
+def _split_commas(tokens: list[Any]) -> list[list[Any]]:
+    parts: list[list[Any]] = [[]]
+    for token in tokens:
+        if token.type == "literal" and token.value == ",":
+            parts.append([])
+        else:
+            parts[-1].append(token)
+    return [part for part in parts if any(t.type not in ("whitespace", "comment") for t in part)]
+
+
+def _leading_whitespace(tokens: list[Any]) -> list[Any]:
+    lead = []
+    for token in tokens:
+        if token.type != "whitespace":
+            break
+        lead.append(token)
+    return lead
+
+
+def _renamed_ids(tokens: list[Any], scope: str) -> str:
+    """A selector with each `#id` named as the output's ids are."""
+    text = []
+    for token in tokens:
+        serialized = _serialize([token])
+        if token.type == "hash" and token.is_identifier:
+            serialized = f"#{scope}-{serialized[1:]}"
+        text.append(serialized)
+    return "".join(text)
+
+
 # -- URLs ------------------------------------------------------------------------------------
 
 
@@ -193,9 +274,11 @@ class _Filter:
     def __init__(self) -> None:
         self._local = threading.local()
 
-    def start(self) -> list[str]:
-        """A fresh record for the clean about to run on this thread."""
+    def start(self, prefix: str | None) -> list[str]:
+        """A fresh record for the clean about to run on this thread; `prefix` is put before
+        every id (None: ids are kept, as in an SVG document)."""
         self._local.refused = []
+        self._local.prefix = prefix
         return self.refused
 
     @property
@@ -205,24 +288,44 @@ class _Filter:
 
     def __call__(self, tag: str, attribute: str, value: str) -> str | None:
         name = attribute.lower()
+        prefix: str | None = self._local.prefix
         if name == "style":
             return clean_css(value, self.refused)
-        if name == "id" and value.lower().startswith(("jp-", "jupyter")):
-            self.refused.append(f"id {value[:40]!r}")  # JupyterLab's own element ids
-            return None
+        if name in ("id", "name"):
+            return self._named(name, value, prefix)
+        if prefix is not None and "url(" in value:
+            value = _URL_REFERENCE.sub(lambda m: m[1] + prefix, value)  # url(#clip) in SVG
         if name in ("href", "xlink:href"):
-            if tag == "a" and _safe_link(value):
-                return value
-            if tag != "a" and (value.startswith("#") or _safe_image_source(value)):
-                return value
-            self.refused.append(f"{attribute} {_describe_url(value)}")
-            return None
+            return self._link(tag, attribute, value, prefix)
         if name == "src":
             if _safe_image_source(value):
                 return value
             self.refused.append(f"src {_describe_url(value)} (images must be data: images)")
             return None
         return value
+
+    def _named(self, name: str, value: str, prefix: str | None) -> str | None:
+        """An id gets the output's prefix, never one of the page's globals; a name goes (an
+        SVG document, shown in an <img>, keeps its ids but not JupyterLab's own)."""
+        if prefix is not None:
+            if name == "name":
+                self.refused.append("name attribute")
+                return None
+            return prefix + value
+        if name == "id" and value.lower().startswith(("jp-", "jupyter")):
+            self.refused.append(f"id {value[:40]!r}")
+            return None
+        return value
+
+    def _link(self, tag: str, attribute: str, value: str, prefix: str | None) -> str | None:
+        if prefix is not None and value.startswith("#"):
+            return "#" + prefix + value[1:]  # the fragment follows its renamed id
+        if tag == "a" and _safe_link(value):
+            return value
+        if tag != "a" and (value.startswith("#") or _safe_image_source(value)):
+            return value
+        self.refused.append(f"{attribute} {_describe_url(value)}")
+        return None
 
 
 def _describe_url(value: str) -> str:
@@ -266,10 +369,22 @@ def clean_svg(text: str) -> Cleaned:
 
 
 def _clean_markup(text: str, svg: bool) -> Cleaned:
-    record = _FILTER.start()
+    scope = None if svg else "sbx-" + hashlib.sha256(text.encode()).hexdigest()[:10]
+    record = _FILTER.start(None if scope is None else scope + "-")
     cleaned = _cleaner(svg).clean(text)
-    # Ammonia serializes a kept <style> as <style ...>raw text</style>: its CSS is filtered here.
-    cleaned = _STYLE_ELEMENT.sub(lambda m: m[1] + clean_css(m[2], record) + m[3], cleaned)
+    styled = False
+
+    def restyle(match: re.Match[str]) -> str:
+        # Ammonia serializes a kept <style> as <style ...>raw text</style>: its CSS is
+        # filtered here, and (HTML) confined to the output.
+        nonlocal styled
+        styled = True
+        css = clean_css(match[2], record)
+        return match[1] + (css if scope is None else scoped_css(css, scope, record)) + match[3]
+
+    cleaned = _STYLE_ELEMENT.sub(restyle, cleaned)
+    if styled and scope is not None:
+        cleaned = f'<div class="{scope}">{cleaned}</div>'
     removed: list[str] = []
     if cleaned != text:
         refused = list(dict.fromkeys(record))

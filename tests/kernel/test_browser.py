@@ -47,7 +47,18 @@ ORDINARY_CELLS = [
     # IPython in the guest, as JupyterLab shows it: a magic, a display updated by its id.
     "%time total = sum(range(10))",
     "handle = display('shown-first', display_id=True)\nhandle.update('updated-by-id')",
+    # pandas' Styler: its CSS names its cells by id, which the firewall renames and scopes.
+    "pd.DataFrame({'a': [1, 3, 2]}).style.highlight_max(color='yellow')",
 ]
+# An output that would restyle the page or clobber a global it reads (CVE-2024-43805's shape),
+# with no script: the checks below look at the page itself.
+PAGE_SHAPER = (
+    "display({'text/html': \"<a id='MathJax' name='MathJax'>shaper-anchor</a>"
+    "<img name='getElementById' src='data:image/png;base64,iVBORw0KGgo='>"
+    "<style>.jp-Notebook { display: none !important } "
+    "body::after { content: 'Session expired: re-enter your password' } "
+    '.jp-Cell { visibility: hidden !important }</style>"}, raw=True)'
+)
 
 
 @dataclass
@@ -92,7 +103,8 @@ def _trusting_spec(root: Path) -> tuple[str, Path]:
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     install_kernel_spec()
     root = tmp_path_factory.mktemp("lab")
-    _notebook(root / "probes" / "probes.ipynb", [p.code for p in PROBES] + ORDINARY_CELLS)
+    cells = [p.code for p in PROBES] + ORDINARY_CELLS + [PAGE_SHAPER]
+    _notebook(root / "probes" / "probes.ipynb", cells)
     control = [p.code for p in PROBES if p.id in ("img-onerror", "repr-html")]
     trusting, specs = _trusting_spec(root)
     _notebook(root / "trusted" / "control.ipynb", control, trusting)
@@ -160,8 +172,8 @@ def run_all(page: Any) -> None:
 
 def click_survivors(page: Any) -> None:
     """Click what a probe hoped the user would click (if anything of it is left)."""
-    for selector in ("#jsurl", "#entity", "#go", "#linker"):
-        for element in page.locator(f".jp-OutputArea-output {selector}").all():
+    for name in ("jsurl", "entity", "go", "linker"):  # ids keep their name after a prefix
+        for element in page.locator(f".jp-OutputArea-output [id$='{name}']").all():
             element.click(timeout=2000)
     page.wait_for_timeout(1000)
 
@@ -190,6 +202,7 @@ def test_no_probe_runs_script_in_jupyterlab(lab: Lab, browser: Any, tmp_path: Pa
         assert outputs.get_by_text("Wall time").count() == 1, "%time printed nothing"
         assert outputs.get_by_text("updated-by-id").count() == 1, "update_display not applied"
         assert outputs.get_by_text("shown-first").count() == 0, "the old display stayed"
+        _page_keeps_its_shape(page)
 
         # Saved, the notebook is signed as trusted; reopened, its outputs render again.
         page.evaluate("window.jupyterapp.commands.execute('docmanager:save')")
@@ -201,6 +214,29 @@ def test_no_probe_runs_script_in_jupyterlab(lab: Lab, browser: Any, tmp_path: Pa
         assert pwned(page) == 0, "a saved output ran script when the notebook was reopened"
         assert lab.api("/api/terminals") == [], "a terminal was opened on the host"
     page.close()
+
+
+def _page_keeps_its_shape(page: Any) -> None:
+    """The shaper's output is there, its CSS reached nothing outside it, no global was
+    clobbered, and the Styler's own CSS still colours its cell."""
+    assert page.locator(".jp-OutputArea-output").get_by_text("shaper-anchor").count() == 1
+    looks = page.evaluate(
+        """() => ({
+            notebook: getComputedStyle(document.querySelector('.jp-Notebook')).display,
+            cell: getComputedStyle(document.querySelector('.jp-Cell')).visibility,
+            after: getComputedStyle(document.body, '::after').content,
+            mathjax: window.MathJax instanceof Element,
+            named: document.getElementsByName('MathJax').length,
+            lookup: typeof document.getElementById,
+            yellow: [...document.querySelectorAll('.jp-OutputArea-output td')].some(
+                td => getComputedStyle(td).backgroundColor === 'rgb(255, 255, 0)'),
+        })"""
+    )
+    assert looks["notebook"] != "none" and looks["cell"] != "hidden", looks
+    assert looks["after"] in ("none", "normal"), looks
+    assert not looks["mathjax"] and looks["named"] == 0, looks
+    assert looks["lookup"] == "function", looks
+    assert looks["yellow"], f"the Styler's CSS no longer reaches its own cells: {looks}"
 
 
 def test_the_control_runs_script_when_outputs_are_trusted(

@@ -229,3 +229,95 @@ def test_a_matplotlib_like_svg_stays_a_valid_image() -> None:
     assert '<use href="#p" x="1"></use>' in cleaned.text
     assert "&#160;" in cleaned.text and "&nbsp;" not in cleaned.text
     assert "<metadata" not in cleaned.text
+
+
+# -- an HTML output's CSS and ids stay in the output (DOM clobbering, page restyling) ----------
+
+
+def _scope(cleaned: str) -> str:
+    found = re.match(r'<div class="(sbx-[0-9a-f]{10})">', cleaned)
+    assert found, cleaned
+    return found[1]
+
+
+def test_ids_are_prefixed_and_names_removed() -> None:
+    """<a id=MathJax name=MathJax> would make window.MathJax an element (CVE-2024-43805)."""
+    cleaned = clean_html('<a id="MathJax" name="MathJax" href="#MathJax">m</a><p id="jp-main">')
+    assert 'id="MathJax"' not in cleaned.text and "name=" not in cleaned.text
+    prefixed = re.findall(r'id="(sbx-[0-9a-f]{10})-(MathJax|jp-main)"', cleaned.text)
+    assert len(prefixed) == 2 and prefixed[0][0] == prefixed[1][0]
+    assert f'href="#{prefixed[0][0]}-MathJax"' in cleaned.text  # the fragment follows its id
+    assert "name attribute" in cleaned.removed
+
+
+@pytest.mark.parametrize(
+    "css",
+    [
+        ".jp-Notebook { display: none !important }",
+        "body::after { content: 'Session expired: re-enter your password' }",
+        ":root { --jp-layout-color0: red }",
+        "html, body { background: red }",
+        "* { visibility: hidden }",
+        "@media screen { .jp-Cell { display: none } }",
+        "@supports (display: grid) { #main { display: none } }",
+    ],
+)
+def test_an_outputs_css_reaches_only_the_output(css: str) -> None:
+    cleaned = clean_html(f"<style>{css}</style><p>x</p>")
+    scope = _scope(cleaned.text)
+    sheet = re.search(r"<style>(.*)</style>", cleaned.text, re.DOTALL)
+    assert sheet is not None
+    rules = re.findall(r"([^{}]+)\{[^{}]*\}", re.sub(r"@(media|supports)[^{]*\{", "", sheet[1]))
+    assert rules, sheet[1]
+    for selectors in rules:
+        for selector in selectors.split(","):
+            assert selector.strip().startswith(f".{scope} "), (selector, sheet[1])
+    assert cleaned.text.endswith("</div>")
+
+
+def test_at_rules_that_reach_the_page_are_dropped() -> None:
+    cleaned = clean_html(
+        "<style>@keyframes jp-spin { from {} } @font-face { font-family: x } "
+        "@page { margin: 0 } p { color: red }</style>"
+    )
+    assert "@keyframes" not in cleaned.text and "@font-face" not in cleaned.text
+    assert "@page" not in cleaned.text and "color: red" in cleaned.text
+    assert {"CSS @keyframes rule", "CSS @font-face rule", "CSS @page rule"} <= set(cleaned.removed)
+
+
+def test_the_styler_shape_keeps_working() -> None:
+    """pandas' Styler: #T_x_row0_col0 selectors over cells with those ids; the CSS names the
+    renamed ids, inside the output's scope, and the sheet is laid out as pandas wrote it."""
+    html = (
+        '<style type="text/css">\n#T_ab12_row1_col0 {\n  background-color: yellow;\n}\n'
+        "</style>\n"
+        '<table id="T_ab12">\n<tr><td id="T_ab12_row1_col0" class="data row1 col0">3</td>'
+        "</tr>\n</table>\n"
+    )
+    cleaned = clean_html(html)
+    scope = _scope(cleaned.text)
+    assert cleaned.removed == []
+    assert f".{scope} #{scope}-T_ab12_row1_col0 {{\n  background-color: yellow;\n}}" in (
+        cleaned.text
+    )
+    assert f'<td id="{scope}-T_ab12_row1_col0"' in cleaned.text
+
+
+def test_inline_svg_references_follow_their_ids() -> None:
+    cleaned = clean_html(
+        '<svg><defs><clipPath id="c"><rect width="5" height="5"/></clipPath></defs>'
+        '<g clip-path="url(#c)"><use href="#c"/></g></svg>'
+    )
+    scope = re.search(r'id="(sbx-[0-9a-f]{10})-c"', cleaned.text)
+    assert scope is not None, cleaned.text
+    assert f'clip-path="url(#{scope[1]}-c)"' in cleaned.text
+    assert f'href="#{scope[1]}-c"' in cleaned.text
+
+
+def test_a_css_escape_cannot_close_the_style_element_after_scoping() -> None:
+    """tinycss2 writes a string's escapes out as characters: a `\\3c` is written back escaped."""
+    for css in ('a{content:"\\3c/style\\3e<img src=x onerror=y()>"}', "a{content:'\\3c'}"):
+        cleaned = clean_html(f"<style>{css}</style>")
+        assert "<img" not in cleaned.text.replace("&lt;img", "")
+        assert cleaned.text.count("</style>") == 1
+        assert_inert_bundle({"text/html": cleaned.text})
