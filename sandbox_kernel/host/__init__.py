@@ -7,6 +7,5 @@ wasi_config   preopens, argv, env, output streams
 wasi_guards   the shadowed WASI calls that protect the host's descriptors, disk and time
 linker        the shared linker with those shadows and the door
 guest_run     one run in a fresh Store, its limits and its outcome
-output        capped output streams
 workspace     listing and diffing the workspace without following links
 """

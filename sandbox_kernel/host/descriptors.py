@@ -17,38 +17,13 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from sandbox_kernel.host.wasi_guards import RunGuard
+from sandbox_kernel.host.run_guard import MASK32, MAX_PATH_BYTES, OpenFile, RunGuard
 
-__all__ = [
-    "MAX_PATH_BYTES",
-    "PATH_AT",
-    "OpenFile",
-    "SavedFile",
-    "read_open",
-    "reopen",
-    "saved_files",
-]
+__all__ = ["SavedFile", "read_open", "reopen", "saved_files"]
 
-MASK32 = 0xFFFFFFFF
 O_CREAT, O_EXCL, O_TRUNC = 1, 4, 8  # WASI oflags that must not be replayed
-PATH_AT = 256  # where the guard writes a path in its private memory (after a filestat)
-MAX_PATH_BYTES = 4096
-
-
-@dataclass(frozen=True)
-class OpenFile:
-    """The arguments of one successful path_open."""
-
-    dirfd: int
-    dirflags: int
-    path: bytes
-    oflags: int
-    rights_base: int
-    rights_inheriting: int
-    fdflags: int
 
 
 @dataclass(frozen=True)

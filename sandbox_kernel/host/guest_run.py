@@ -27,12 +27,12 @@ from dataclasses import dataclass, field
 
 import wasmtime
 
+from sandbox_kernel.core.output import CappedStream
 from sandbox_kernel.core.results import LimitKind
 from sandbox_kernel.host.engine import EngineHandle
 from sandbox_kernel.host.linker import linkers_for
-from sandbox_kernel.host.output import CappedStream
+from sandbox_kernel.host.run_guard import GuardLimits, RunGuard, guarding
 from sandbox_kernel.host.wasi_config import Preopen, make_wasi_config, wait_for_outputs
-from sandbox_kernel.host.wasi_guards import GuardLimits, RunGuard, guarding
 
 __all__ = [
     "Entry",

@@ -1,6 +1,6 @@
 """The linker every guest of an engine is instantiated with, built once per engine.
 
-WASI from wasmtime, with the guard's shadows laid over the calls in `wasi_guards.SIGNATURES`,
+WASI from wasmtime, with the guard's shadows laid over the calls in `run_guard.SIGNATURES`,
 and the Python image's door (`host.call`). Host functions are defined once: wasmtime-py keeps
 every defined function in a process-wide table, so a linker per run would grow it without end.
 The trampoline modules the guard forwards through are compiled here too, once per engine.
@@ -18,6 +18,7 @@ import wasmtime
 
 from sandbox_kernel.host import python_abi, wasi_guards
 from sandbox_kernel.host.engine import EngineHandle
+from sandbox_kernel.host.run_guard import SIGNATURES
 
 __all__ = ["Linkers", "linkers_for"]
 
@@ -41,7 +42,7 @@ def _build(handle: EngineHandle) -> Linkers:
     guarded = wasmtime.Linker(engine)
     guarded.define_wasi()
     guarded.allow_shadowing = True
-    for name, params in wasi_guards.SIGNATURES.items():
+    for name, params in SIGNATURES.items():
         ty = wasmtime.FuncType([kinds[p] for p in params], [kinds["i32"]])
         guarded.define_func("wasi_snapshot_preview1", name, ty, wasi_guards.shadow(name), True)
     door_ty = wasmtime.FuncType([kinds["i32"]] * 4, [kinds["i32"]])

@@ -26,8 +26,8 @@ from typing import Any
 import wasmtime
 
 from sandbox_kernel.host.artifacts import PythonImage
+from sandbox_kernel.host.run_guard import RunGuard, active_guard, fuel_left
 from sandbox_kernel.host.wasi_config import Preopen
-from sandbox_kernel.host.wasi_guards import RunGuard, active_guard, fuel_left
 
 __all__ = [
     "ARGV0",

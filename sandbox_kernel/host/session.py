@@ -58,7 +58,9 @@ from dataclasses import dataclass, field
 
 import wasmtime
 
+from sandbox_kernel.core.output import CappedStream
 from sandbox_kernel.core.results import LimitKind
+from sandbox_kernel.core.stops import StopTurn
 from sandbox_kernel.host import python_abi
 from sandbox_kernel.host.artifacts import PythonImage
 from sandbox_kernel.host.descriptors import SavedFile, reopen, saved_files
@@ -71,10 +73,8 @@ from sandbox_kernel.host.guest_run import (
     track_store,
     trap_text,
 )
-from sandbox_kernel.host.output import CappedStream
-from sandbox_kernel.host.stops import StopTurn
+from sandbox_kernel.host.run_guard import GuardLimits, RunGuard, guarding
 from sandbox_kernel.host.wasi_config import Preopen, make_wasi_config
-from sandbox_kernel.host.wasi_guards import GuardLimits, RunGuard, guarding
 from sandbox_kernel.host.wasi_quota import ENTRY_COST_BYTES
 from sandbox_kernel.host.workspace import disk_usage
 from sandbox_kernel.host.write_watch import PAGE_SIZE, WriteWatch

@@ -15,7 +15,7 @@ no WASI call tells the guard of. So a charge that would pass the quota first mea
 writable folders again (`RunGuard.measure`, at most once per turn) and counts what they hold
 now beyond what they held when the session began.
 
-Must not import: sandbox_kernel.runtimes, repl, anything Jupyter; wasi_guards only for types.
+Must not import: sandbox_kernel.runtimes, repl, anything Jupyter; run_guard only for types.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from sandbox_kernel.host.wasi_guards import RunGuard
+    from sandbox_kernel.host.run_guard import RunGuard
 
 __all__ = ["ENTRY_COST_BYTES", "RULES"]
 

@@ -22,8 +22,6 @@ from ipykernel.kernelbase import Kernel
 from traitlets import Float
 
 from sandbox_kernel import __version__
-from sandbox_kernel.host.guest_library import GUEST_PYTHON
-from sandbox_kernel.host.workspace import diff, snapshot
 from sandbox_kernel.kernel import magics, messages
 from sandbox_kernel.kernel.data_magics import DataMagics
 from sandbox_kernel.kernel.firewall import OutputFirewall, Shown, removal_note
@@ -33,6 +31,12 @@ from sandbox_kernel.kernel.stdin import StdinReader
 from sandbox_kernel.kernel.streams import StreamPublisher
 from sandbox_kernel.llm import LLMConfigError, LLMService
 from sandbox_kernel.repl.bridges import stop_check
+from sandbox_kernel.repl.host_view import (
+    GUEST_PYTHON,
+    files_changed,
+    list_files,
+    preparing_notice,
+)
 from sandbox_kernel.repl.models import CodeExecution, DisplayMessage
 
 if TYPE_CHECKING:
@@ -40,9 +44,6 @@ if TYPE_CHECKING:
 
 __all__ = ["SandboxKernel"]
 
-# The run log's per-cell listing of the workspace looks at this many entries at most (a cell
-# could make hundreds of thousands of folders; listing them twice per cell would cost seconds).
-LISTING_LIMIT = 10_000
 _EXIT_WORDS = frozenset({"exit", "quit", "exit()", "quit()"})
 _ASK_EXIT = {"source": "ask_exit", "keepkernel": False}
 # How long a kernel_info reply waits for a client's iopub to subscribe (app.py): the sockets of
@@ -52,27 +53,6 @@ SUBSCRIBER_WAIT_SECONDS = 2.0
 # How long a reply waits for the IOPub thread to send the cell's outputs (_outputs_sent): it
 # takes a thread hop (about 0.1 ms); this bounds it when that thread is stuck.
 OUTPUTS_SENT_SECONDS = 1.0
-
-
-def _preparing_notice() -> str | None:
-    """Only for a cold compile cache: a warm start is too quick to announce (and a notice
-    that comes and goes would make notebook outputs differ from run to run)."""
-    from sandbox_kernel.host.artifacts import PYTHON_PINS, python_artifacts_source
-    from sandbox_kernel.host.engine import get_engine
-
-    # Nothing is fetched here (the kernel must answer kernel_info first): the first cell does.
-    if python_artifacts_source()[1] is None:
-        return (
-            "[sandbox] fetching the Python guest from the package index (about 100 MB) and "
-            "compiling it for this machine (a minute or two, once; `sandbox-kernel warm` "
-            "does it ahead of time)...\n"
-        )
-    if get_engine().cached_path(PYTHON_PINS["python-snapshot.wasm"]).is_file():
-        return None
-    return (
-        "[sandbox] compiling the Python guest for this machine (about a minute, once; "
-        "`sandbox-kernel warm` does it ahead of time)...\n"
-    )
 
 
 def _drop(line: str) -> None:
@@ -151,7 +131,7 @@ class SandboxKernel(Kernel):
         guest. The session is made here, not in __init__, so that wasmtime and the session's
         modules (about 50 ms of imports) load after the kernel has answered kernel_info."""
         try:
-            self._preparing = _preparing_notice()
+            self._preparing = preparing_notice()
         finally:
             self._noticed.set()
         from sandbox_kernel.repl.sandbox import ReplSandbox
@@ -344,7 +324,7 @@ class SandboxKernel(Kernel):
             return self._magic_reply(plan.reply, count, silent)
         self._silent = silent
         self._removed = []
-        before = snapshot(self.settings.workspace, limit=LISTING_LIMIT)
+        before = list_files(self.settings.workspace)
         try:
             execution, error, payload = await asyncio.to_thread(self._run, plan.code, count, silent)
         finally:
@@ -358,8 +338,8 @@ class SandboxKernel(Kernel):
         removed = list(self._removed)
 
         def record() -> None:  # once the reply has gone (execute_request)
-            after = snapshot(self.settings.workspace, limit=LISTING_LIMIT)
-            created, modified = diff(before, after)
+            after = list_files(self.settings.workspace)
+            created, modified = files_changed(before, after)
             self.runlog.record(
                 code,
                 execution,

@@ -8,7 +8,8 @@
 
 Every other magic (%time, %who, %matplotlib ...) is IPython's, inside the guest.
 
-Must not import: ipykernel (the kernel passes itself in).
+Must not import: ipykernel, kernel.py (the kernel passes itself in as a `MagicHost`: the few
+things a magic reads, and no more).
 """
 
 from __future__ import annotations
@@ -19,21 +20,34 @@ import shlex
 import stat
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from IPython.core.inputtransformer2 import TransformerManager
 
 from sandbox_kernel.core.errors import PolicyValidationError
 
 if TYPE_CHECKING:
-    from sandbox_kernel.kernel.kernel import SandboxKernel
+    from sandbox_kernel.kernel.runlog import RunLog
+    from sandbox_kernel.kernel.settings import KernelSettings
+    from sandbox_kernel.llm import LLMService
+    from sandbox_kernel.repl.sandbox import ReplSandbox
 
-__all__ = ["CONTEXT_MAX_BYTES", "MagicResult", "handle", "history", "is_complete"]
+__all__ = ["CONTEXT_MAX_BYTES", "MagicHost", "MagicResult", "handle", "history", "is_complete"]
 
 CONTEXT_MAX_BYTES = 256 * 1024 * 1024  # %context reads no more than the door could carry
 _TRANSFORMER = TransformerManager()  # type: ignore[no-untyped-call]  # IPython's, for is_complete
 
 _SESSION_SETTABLE = ("fuel_budget", "timeout_seconds", "stdout_max_bytes", "stderr_max_bytes")
+
+
+class MagicHost(Protocol):
+    """What the kernel's magics read of the kernel: its session, settings, run log and model."""
+
+    repl: ReplSandbox
+    settings: KernelSettings
+    runlog: RunLog
+    llm: LLMService | None
+    llm_error: str | None
 
 
 @dataclass(frozen=True)
@@ -44,7 +58,7 @@ class MagicResult:
     traceback: tuple[str, ...] = ()  # the error's lines, when there is more than `error`
 
 
-def handle(kernel: SandboxKernel, code: str) -> MagicResult | None:
+def handle(kernel: MagicHost, code: str) -> MagicResult | None:
     """What a magic cell printed or why it failed; None when `code` is not a kernel magic."""
     stripped = code.strip()
     if not stripped.startswith("%") or "\n" in stripped:
@@ -61,7 +75,7 @@ def handle(kernel: SandboxKernel, code: str) -> MagicResult | None:
         return MagicResult(error=f"%{name}: {type(exc).__name__}: {exc}")
 
 
-def _policy(kernel: SandboxKernel, args: str) -> str:
+def _policy(kernel: MagicHost, args: str) -> str:
     repl = kernel.repl
     if args:
         changes: dict[str, Any] = {}
@@ -71,17 +85,14 @@ def _policy(kernel: SandboxKernel, args: str) -> str:
                 allowed = ", ".join(_SESSION_SETTABLE)
                 raise ValueError(f"use KEY=VALUE with KEY one of {allowed}")
             changes[key] = float(value) if key == "timeout_seconds" else int(value)
-        policy = repl.config.policy.with_overrides(**changes)
-        timeout_ms = int(policy.timeout_seconds * 1000)
-        repl.config = repl.config.model_copy(update={"policy": policy, "timeout_ms": timeout_ms})
-        repl.bridge.config = repl.config
+        repl.set_limits(repl.config.policy.with_overrides(**changes))
     snapshot = repl.config.policy.snapshot()
     source = kernel.settings.policy_source
     origin = f"policy file: {source}" if source is not None else "policy file: none (defaults)"
     return origin + "\n" + "".join(f"{key}: {value}\n" for key, value in snapshot.items())
 
 
-def _context(kernel: SandboxKernel, args: str) -> str:
+def _context(kernel: MagicHost, args: str) -> str:
     if not args:
         raise ValueError("usage: %context PATH (a file under the workspace)")
     root = kernel.settings.workspace.resolve()
@@ -116,7 +127,7 @@ def _read_capped(path: Path, limit: int) -> bytes:
     return data
 
 
-def _sandbox(kernel: SandboxKernel, args: str) -> str:
+def _sandbox(kernel: MagicHost, args: str) -> str:
     repl = kernel.repl
     usage = repl.usage()
     lines = [
@@ -139,7 +150,7 @@ def _image_line(usage: dict[str, Any]) -> list[str]:
     return [f"rollback image: {usage['capture']} copied after each execution (last {last:,} bytes)"]
 
 
-def _llm_line(kernel: SandboxKernel) -> str:
+def _llm_line(kernel: MagicHost) -> str:
     service = kernel.llm
     if service is None:
         return f"llm: {kernel.llm_error or 'not configured (SANDBOX_KERNEL_LLM_*)'}"

@@ -23,8 +23,8 @@ import json
 import re
 import threading
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 
@@ -34,10 +34,11 @@ from sandbox_kernel.repl.bridges import stop_check
 from sandbox_kernel.repl.models import CodeExecution, REPLConfig
 
 if TYPE_CHECKING:
-    from sandbox_kernel.llm.service import LLMService
+    from sandbox_kernel.llm.base import Completion
+    from sandbox_kernel.llm.meter import UsageMeter
     from sandbox_kernel.repl import ReplSession as Session
 
-__all__ = ["RLMLoop", "RLMSettings", "RLMStep", "describe_context", "parse_reply"]
+__all__ = ["RLMHost", "RLMLoop", "RLMSettings", "RLMStep", "describe_context", "parse_reply"]
 
 _CODE_BLOCK = re.compile(r"```(?:repl|python|py)?[ \t]*\n(.*?)```", re.DOTALL)
 _FINAL_VAR = re.compile(r"^\s*FINAL_VAR\(\s*[\"']?([A-Za-z_]\w*)[\"']?\s*\)", re.MULTILINE)
@@ -132,8 +133,23 @@ _RLM_AVAILABLE = (
 _RLM_UNAVAILABLE = "(rlm_query is not available at this depth.)\n"
 
 
+class RLMHost(Protocol):
+    """What a loop asks of the service that runs it (LLMService): its settings and meter, a
+    metered model call, a child session one level down, and where its steps are reported."""
+
+    rlm: RLMSettings
+    meter: UsageMeter
+    sub_query_chars: int
+
+    def ask(self, messages: Sequence[ChatMessage]) -> Completion: ...
+
+    def child_session(self, parent: REPLConfig, depth: int) -> Session: ...
+
+    def report(self, step: RLMStep) -> None: ...
+
+
 class RLMLoop:
-    def __init__(self, service: LLMService, parent: REPLConfig, depth: int) -> None:
+    def __init__(self, service: RLMHost, parent: REPLConfig, depth: int) -> None:
         self.service = service
         self.settings = service.rlm
         self.parent = parent

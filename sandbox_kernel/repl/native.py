@@ -37,8 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from sandbox_kernel.core.errors import SandboxExecutionError
-from sandbox_kernel.host.output import CappedStream
-from sandbox_kernel.host.session import TurnOutcome
+from sandbox_kernel.core.output import CappedStream
 from sandbox_kernel.repl import native_child as rpc
 from sandbox_kernel.repl.bridges import Bridge, LineSplitter, escalate_after
 from sandbox_kernel.repl.models import (
@@ -49,7 +48,12 @@ from sandbox_kernel.repl.models import (
 )
 from sandbox_kernel.repl.native_process import Child, Ended
 from sandbox_kernel.repl.protocol import DRIVER_NAME, run_cell_turn
-from sandbox_kernel.repl.results import UsageReading, execution_from_reply, stopped_execution
+from sandbox_kernel.repl.results import (
+    ChildTurn,
+    UsageReading,
+    execution_from_reply,
+    stopped_execution,
+)
 
 __all__ = ["NativeReplSandbox"]
 
@@ -249,7 +253,7 @@ class NativeReplSandbox(ContextManagedSession):
                     stream.flush()
             duration_ms = (time.perf_counter() - started) * 1000
             reply = self.bridge.replies.pop(number, None)
-            outcome = TurnOutcome(0, None, None, 0, duration_ms, stdout.stream, stderr.stream)
+            outcome = ChildTurn(stdout.stream, stderr.stream, duration_ms)
             if reply is not None:
                 if ended.stop is not None:  # it reported, then its turn never ended
                     self._restart(ended.stop)
@@ -293,7 +297,7 @@ class NativeReplSandbox(ContextManagedSession):
             if self._escalation is not None:
                 self._escalation.cancel()
 
-    def _no_reply(self, ended: Ended, outcome: TurnOutcome, number: int) -> CodeExecution:
+    def _no_reply(self, ended: Ended, outcome: ChildTurn, number: int) -> CodeExecution:
         """The turn failed before the driver reported (an interrupt that came between the
         driver's own steps, or a driver failure); the process and its state live on."""
         error: dict[str, Any] = ended.error if isinstance(ended.error, dict) else {}
@@ -307,7 +311,7 @@ class NativeReplSandbox(ContextManagedSession):
             status = ExecutionStatus.ERROR
         return stopped_execution(status, ename, evalue, outcome, number)
 
-    def _stopped(self, reason: str, outcome: TurnOutcome, number: int) -> CodeExecution:
+    def _stopped(self, reason: str, outcome: ChildTurn, number: int) -> CodeExecution:
         """A hard stop: the process is killed and replaced; its state is gone."""
         code = self._restart(reason)
         if reason == "cancelled":

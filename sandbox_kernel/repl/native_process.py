@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sandbox_kernel.host.output import CappedStream
-from sandbox_kernel.host.stops import StopTurn
+from sandbox_kernel.core.output import CappedStream
+from sandbox_kernel.core.stops import StopTurn
 from sandbox_kernel.repl import native_child as rpc
 
 __all__ = ["CHILD", "DRIVER", "SLICE_SECONDS", "Child", "Ended", "python_child"]

@@ -1,23 +1,26 @@
-"""CodeExecution from a cell driver's reply: one function both backends build results with.
+"""CodeExecution from a cell driver's reply: one function every backend builds results with,
+from a `TurnRecord` (how the turn ran: its streams, time and fuel), which host/'s TurnOutcome
+is and the native backends make as a `ChildTurn`.
 
-Must not import: wasmtime, anything Jupyter.
+Must not import: wasmtime, sandbox_kernel.host, anything Jupyter.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import Protocol
 
+from sandbox_kernel.core.output import CappedStream
 from sandbox_kernel.core.usage import LLMUsage
 from sandbox_kernel.repl.models import CodeExecution, ExecutionStatus
 from sandbox_kernel.repl.protocol import CellReply
 
-if TYPE_CHECKING:
-    from sandbox_kernel.host.session import TurnOutcome
-
 __all__ = [
     "MAX_EVALUE_CHARS",
     "MAX_TRACEBACK_CHARS",
+    "ChildTurn",
+    "TurnRecord",
     "UsageReading",
     "capped",
     "capped_lines",
@@ -28,6 +31,32 @@ __all__ = [
 MAX_ENAME_CHARS = 200
 MAX_EVALUE_CHARS = 64 * 1024
 MAX_TRACEBACK_CHARS = 256 * 1024  # all lines together
+
+
+class TurnRecord(Protocol):
+    """How a turn ran, as results are built from it."""
+
+    @property
+    def stdout(self) -> CappedStream: ...
+
+    @property
+    def stderr(self) -> CappedStream: ...
+
+    @property
+    def duration_ms(self) -> float: ...
+
+    @property
+    def fuel_consumed(self) -> int: ...
+
+
+@dataclass(frozen=True)
+class ChildTurn:
+    """A turn of a native backend's child process: no fuel is metered there."""
+
+    stdout: CappedStream
+    stderr: CappedStream
+    duration_ms: float
+    fuel_consumed: int = 0
 
 
 def capped(text: str, limit: int) -> str:
@@ -56,7 +85,7 @@ def capped_lines(lines: list[str], limit: int) -> list[str]:
     return [*kept, f"[sandbox: {omitted:,} traceback lines omitted]", last]
 
 
-def execution_from_reply(reply: CellReply, outcome: TurnOutcome, number: int) -> CodeExecution:
+def execution_from_reply(reply: CellReply, outcome: TurnRecord, number: int) -> CodeExecution:
     """The outcome of cell `number`, which ended by itself and reported `reply`. The error's
     parts are capped (a cell can raise an exception whose message is 20 MB)."""
     error = reply.error
@@ -89,7 +118,7 @@ def stopped_execution(
     status: ExecutionStatus,
     ename: str,
     evalue: str,
-    outcome: TurnOutcome,
+    outcome: TurnRecord,
     number: int,
     rolled_back: bool = False,
 ) -> CodeExecution:

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from sandbox_kernel.core.errors import SandboxAbandoned, SandboxExecutionError
+from sandbox_kernel.core.policy import ExecutionPolicy
 from sandbox_kernel.core.results import LimitKind
 from sandbox_kernel.host.artifacts import python_image
 from sandbox_kernel.host.guest_library import (
@@ -508,6 +509,20 @@ class ReplSandbox(ContextManagedSession):
         destroy() still releases the session."""
         self._abandoned = True
         self.cancel()
+
+    def set_limits(
+        self, policy: ExecutionPolicy | None = None, *, timeout_ms: int | None = None
+    ) -> None:
+        """Change a live session's limits for the executions that follow: a new policy (its
+        wall clock becomes the session's, unless `timeout_ms` is given), or only the wall
+        clock. The one way to change them from outside: the bridges read the same config."""
+        changes: dict[str, Any] = {}
+        if policy is not None:
+            changes["policy"] = policy
+            changes["timeout_ms"] = int(policy.timeout_seconds * 1000)
+        if timeout_ms is not None:
+            changes["timeout_ms"] = timeout_ms
+        self.config = self.bridge.config = self.config.model_copy(update=changes)
 
     def usage(self) -> dict[str, Any]:
         """What the session has used so far: executions, fuel, time, memory, its image."""

@@ -175,8 +175,7 @@ class SandboxRun:
         left_ms = math.floor((self._deadline - time.monotonic()) * 1000)
         if left_ms <= 0:
             raise self._out_of_time(step)
-        config = self.repl.config.model_copy(update={"timeout_ms": left_ms})
-        self.repl.config = self.repl.bridge.config = config
+        self.repl.set_limits(timeout_ms=left_ms)
         try:
             yield
         except SandboxAbandoned:

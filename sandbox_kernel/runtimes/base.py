@@ -25,8 +25,8 @@ from sandbox_kernel.core.logging import SandboxLogger, SecurityEventKind
 from sandbox_kernel.core.policy import ExecutionPolicy
 from sandbox_kernel.core.results import LimitKind, RuntimeType, SandboxResult
 from sandbox_kernel.host.guest_run import RunLimits, RunOutcome, RunSpec
+from sandbox_kernel.host.run_guard import GuardLimits
 from sandbox_kernel.host.wasi_config import Preopen
-from sandbox_kernel.host.wasi_guards import GuardLimits
 from sandbox_kernel.host.workspace import diff, snapshot, write_file_nofollow
 
 __all__ = ["BaseSandbox", "limits_from_policy"]

@@ -19,7 +19,7 @@ import pytest
 import wasmtime
 
 from sandbox_kernel.host import python_abi
-from sandbox_kernel.host.wasi_guards import GuardLimits, RunGuard, guarding
+from sandbox_kernel.host.run_guard import GuardLimits, RunGuard, guarding
 
 PAGE = 65_536
 ANSWER = b'{"ok": "an answer of the host"}'

@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from sandbox_kernel.host.output import CappedStream
+from sandbox_kernel.core.output import CappedStream
 
 
 def test_output_under_the_cap_is_kept_whole() -> None:

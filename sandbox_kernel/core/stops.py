@@ -1,9 +1,9 @@
 """StopTurn: how a door handler ends the running turn (GuestSession turns it into a trap).
 
-Apart from session.py so that the bridges, and the kernel that imports them, do not import
-wasmtime: the kernel answers its first request before it loads wasmtime.
+In core, apart from host/session.py, so that the bridges (and the kernel that imports them) and
+the native backends use it without importing host/ or wasmtime.
 
-Must not import: wasmtime, sandbox_kernel.repl, anything Jupyter.
+Must not import: anything of sandbox_kernel but core, wasmtime, anything Jupyter.
 """
 
 from __future__ import annotations

@@ -13,7 +13,9 @@ at `close()`, when it is known whether they stay or make room for the notice. So
 sees exactly what `text()` returns. A listener that raises is detached and remembered, never
 allowed to reach wasmtime, where it would become a trap.
 
-Must not import: wasmtime, runtimes, repl.
+Shared by host/ (a guest's WASI streams) and the REPL's native backends (a child's pipes).
+
+Must not import: anything of sandbox_kernel but core, nor wasmtime.
 """
 
 from __future__ import annotations
