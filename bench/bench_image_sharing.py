@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sandbox_kernel.host.session import ImageFile
+from sandbox_kernel.host.memory_image import ImageFile
 from sandbox_kernel.kernel.settings import KernelSettings
 from sandbox_kernel.repl.sandbox import ReplSandbox
 

@@ -24,7 +24,8 @@ from typing import Any
 
 from sandbox_kernel import ExecutionPolicy, REPLConfig, create_repl
 from sandbox_kernel.host.artifacts import python_image
-from sandbox_kernel.host.session import MemoryImage, TurnLimits, image_buffer
+from sandbox_kernel.host.memory_image import MemoryImage, image_buffer
+from sandbox_kernel.host.session import TurnLimits
 from sandbox_kernel.repl import warm
 from sandbox_kernel.repl.sandbox import driver_source
 

@@ -23,22 +23,65 @@ from __future__ import annotations
 import ast
 import base64
 import builtins
-import contextlib
-import datetime
 import io
 import json
 import linecache
 import math
 import operator
 import os
-import pprint
 import re
 import sys
 import time
-import tokenize
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
+
+# The driver's parts, each a guest module of its own (streams, bundles, cells, helpers). In
+# the sandbox the host loads them first (repl/sandbox.py's GUEST_MODULES); under host CPython
+# (the native backends, the unit tests) they are read from this file's folder.
+_PARTS = (
+    ("sandbox_kernel_streams", "streams.py"),
+    ("sandbox_kernel_bundles", "bundles.py"),
+    ("sandbox_kernel_cells", "cells.py"),
+    ("sandbox_kernel_helpers", "helpers.py"),
+)
+
+
+def _load_part(name: str, file: str) -> None:
+    if name in sys.modules:
+        return
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), file)
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load the driver's part {file} from {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+
+
+for _name, _file in _PARTS:
+    _load_part(_name, _file)
+
+from sandbox_kernel_bundles import (  # noqa: E402 - the parts are loaded just above
+    figure_png,
+    format_bundle,
+    not_jsonable,
+    plain_text,
+    put,
+    to_plain,
+)
+from sandbox_kernel_cells import (  # noqa: E402
+    DRIVER_NAME,
+    FLAG_NAME,
+    LoopChecks,
+    ends_with_semicolon,
+    forget_turns,
+    prune,
+)
+from sandbox_kernel_helpers import chunk_text, haystacks, need_int, need_str  # noqa: E402
+from sandbox_kernel_streams import describe, flush_streams, mend_streams, safe_str, warn  # noqa: E402
 
 __all__ = [
     "DRIVER_NAME",
@@ -52,10 +95,6 @@ __all__ = [
     "to_plain",
 ]
 
-DRIVER_NAME = "__sandbox_kernel__"  # protocol.DRIVER_NAME
-FLAG_NAME = "__sandbox_kernel_flag__"
-MAX_DEPTH = 20  # to_plain: deeper containers become a marker string
-MAX_ITEMS = 100_000  # to_plain: elements converted before the rest is cut with a marker
 # The exceptions a host answer may name (protocol.ERROR_TYPES); anything else is RuntimeError.
 _ERRORS: dict[str, type[BaseException]] = {
     kind.__name__: kind
@@ -71,18 +110,6 @@ _ERRORS: dict[str, type[BaseException]] = {
         MemoryError,
     )
 }
-_RICH_REPRS = (
-    ("_repr_html_", "text/html"),
-    ("_repr_markdown_", "text/markdown"),
-    ("_repr_svg_", "image/svg+xml"),
-    ("_repr_png_", "image/png"),
-    ("_repr_jpeg_", "image/jpeg"),
-    ("_repr_latex_", "text/latex"),
-    ("_repr_json_", "application/json"),
-)
-_CHECK_SOURCE = f"if {FLAG_NAME}[0]: {DRIVER_NAME}.interrupted()"
-# Tokens that can follow a cell's last statement without being part of it.
-_TRIVIA = {tokenize.NEWLINE, tokenize.NL, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT}
 # What the reactor's turns and run_cell themselves use: put back when a cell replaces them.
 _KEPT_BUILTINS = ("__import__", "compile", "exec", "eval", "repr", "isinstance", "len")
 _KEPT_HELPERS = ("display", "input")  # the sandbox's, in builtins: as IPython keeps display
@@ -92,11 +119,6 @@ _MISSING = object()
 # The shell's methods the driver calls: an instance attribute of that name is a cell's, removed.
 _SHELL_METHODS = frozenset({"run_cell", "run_cell_async", "transform_cell", "run_ast_nodes"})
 _NO_CTX = object()
-# The driver's own voice, taken when it is loaded: a cell may rebind print, or set sys.stdout
-# and sys.stderr to None or close them, and the driver must still run and report the next cell.
-_PRINT = builtins.print
-_STREAMS = {"stdout": sys.stdout, "stderr": sys.stderr}
-_FDS = {"stdout": 1, "stderr": 2}
 
 
 def install(
@@ -222,7 +244,7 @@ class Driver:
 
     def _send(self, op: str, fields: dict[str, Any]) -> bytes:
         message = {"op": op, **fields}
-        frame = json.dumps(message, ensure_ascii=False, default=_not_jsonable).encode("utf-8")
+        frame = json.dumps(message, ensure_ascii=False, default=not_jsonable).encode("utf-8")
         try:
             return self.door(frame)
         except ConnectionRefusedError as exc:
@@ -298,7 +320,7 @@ class Driver:
         """Run cell `n`, whose text is `source`, and report the outcome with `done`."""
         self.flag[0] = 0
         self.displays = []
-        _forget_turns()
+        forget_turns()
         if self.shell is not None:
             if self._shell_suspect:
                 self._check_shell()
@@ -306,7 +328,7 @@ class Driver:
         else:
             reply = self._run_plain(n, source)
         self.repair()
-        _flush_streams()
+        flush_streams()
         reply["displays"] = self.displays
         self.request("done", cell=n, reply=reply)
 
@@ -343,11 +365,11 @@ class Driver:
         if failure is None:
             status, error = "ok", None
             if self._outcome.get("error"):  # a formatter's failure, shown, the cell went on
-                _warn("\n".join(self._outcome["error"]["traceback"]))
+                warn("\n".join(self._outcome["error"]["traceback"]))
         else:
             status = "cancelled" if isinstance(failure, KeyboardInterrupt) else "error"
             if error is None and _is_usage_error(failure):  # IPython put it on stderr
-                name, value = type(failure).__name__, _safe_str(failure)
+                name, value = type(failure).__name__, safe_str(failure)
                 error = {"ename": name, "evalue": value, "traceback": [], "shown": True}
             elif error is None:
                 error = self._error(failure)
@@ -398,8 +420,8 @@ class Driver:
             self.start_shell()
         except Exception as failure:  # the next cell reports it again; the host rebuilds
             exc = failure
-        _warn(
-            f"[sandbox] IPython's shell failed ({_describe(exc)}) and was started again: "
+        warn(
+            f"[sandbox] IPython's shell failed ({describe(exc)}) and was started again: "
             "variables are kept, In and Out start afresh"
         )
 
@@ -410,35 +432,35 @@ class Driver:
 
     def set_error(self, etype: Any, evalue: Any, stb: list[str]) -> None:
         name = getattr(etype, "__name__", None) or type(evalue).__name__
-        evalue_text = _safe_str(evalue) if isinstance(evalue, BaseException) else str(evalue)
+        evalue_text = safe_str(evalue) if isinstance(evalue, BaseException) else str(evalue)
         self._outcome["error"] = {"ename": name, "evalue": evalue_text, "traceback": list(stb)}
 
     def publish_display(self, message: dict[str, Any]) -> None:
         """A display, or an update of one by its display_id, shown now (after what the cell
         printed before it)."""
-        _flush_streams()
+        flush_streams()
         self._send_display(message)
 
     def clear_output(self, wait: bool = False) -> None:
-        _flush_streams()
+        flush_streams()
         self.call("clear_output", wait=bool(wait))
 
     @staticmethod
     def loop_checks() -> ast.NodeTransformer:
         """The transformer that puts the soft interrupt's check into every loop of a cell."""
-        return _LoopChecks()
+        return LoopChecks()
 
     def _execute(self, n: int, source: str) -> Any:
         """Run the cell in __main__; the value of its last expression (None if it has none)."""
         filename = f"<cell-{n}>"
         lines = io.StringIO(source).readlines()  # split as the compiler counts lines
         linecache.cache[filename] = (len(source), None, lines, filename)
-        tree = _LoopChecks().visit(ast.parse(source, filename))
+        tree = LoopChecks().visit(ast.parse(source, filename))
         last = None
         if (
             tree.body
             and isinstance(tree.body[-1], ast.Expr)
-            and not _ends_with_semicolon(lines, tree.body[-1])
+            and not ends_with_semicolon(lines, tree.body[-1])
         ):
             last = compile(ast.Expression(body=tree.body.pop().value), filename, "eval")
         namespace = vars(self.main)
@@ -457,11 +479,11 @@ class Driver:
             exc.text = linecache.getline(exc.filename, exc.lineno) or None
         try:
             report = traceback.TracebackException.from_exception(exc)
-            _prune(report)
+            prune(report)
             lines = "".join(report.format()).splitlines()
         except Exception as failure:  # an unformattable traceback must not lose the reply
-            lines = [f"{type(exc).__name__}: (no traceback: {_describe(failure)})"]
-        return {"ename": type(exc).__name__, "evalue": _safe_str(exc), "traceback": lines}
+            lines = [f"{type(exc).__name__}: (no traceback: {describe(failure)})"]
+        return {"ename": type(exc).__name__, "evalue": safe_str(exc), "traceback": lines}
 
     def _flush_figures(self, shown: object) -> None:
         """Show and close pyplot's open figures, as the inline backend does after a cell."""
@@ -472,16 +494,16 @@ class Driver:
             for number in pyplot.get_fignums():
                 figure = pyplot.figure(number)
                 if figure is not shown:  # already the cell's result
-                    png = base64.b64encode(_figure_png(figure)).decode("ascii")
+                    png = base64.b64encode(figure_png(figure)).decode("ascii")
                     data = {"image/png": png, "text/plain": plain_text(figure)}
                     self._send_display({"data": data, "metadata": {}})
         except Exception as exc:  # a figure that cannot be drawn is reported, the reply still goes
-            _warn(f"could not show a matplotlib figure: {_describe(exc)}")
+            warn(f"could not show a matplotlib figure: {describe(exc)}")
         finally:
             try:
                 pyplot.close("all")
             except Exception as exc:  # as above
-                _warn(f"could not close matplotlib figures: {_describe(exc)}")
+                warn(f"could not close matplotlib figures: {describe(exc)}")
 
     # -- calls from the host -------------------------------------------------------------
 
@@ -543,7 +565,7 @@ class Driver:
             except KeyboardInterrupt:
                 break
             except BaseException as exc:  # whatever an expression raises is its answer
-                error = {"ename": type(exc).__name__, "evalue": _safe_str(exc)}
+                error = {"ename": type(exc).__name__, "evalue": safe_str(exc)}
                 results[key] = {"status": "error", **error, "traceback": []}
         self.request("value", name="__expressions__", found=True, value=results)
 
@@ -564,7 +586,7 @@ class Driver:
             elif isinstance(obj, dict):
                 data, extra = {}, {}
                 for mime, value in obj.items():
-                    _put(data, str(mime), value)
+                    put(data, str(mime), value)
             else:
                 raise TypeError(
                     f"display(raw=True) takes MIME bundle dicts, not {type(obj).__name__}"
@@ -577,12 +599,12 @@ class Driver:
 
     def input(self, prompt: object = "") -> str:
         """Read a line from the user (the notebook's input box), as the builtin input() does."""
-        _flush_streams()
+        flush_streams()
         return self.call("input", prompt=str(prompt), password=False)
 
     def getpass(self, prompt: str = "Password: ", stream: object = None) -> str:
         """Read a line from the user without echoing it, as getpass.getpass() does."""
-        _flush_streams()
+        flush_streams()
         return self.call("input", prompt=str(prompt), password=True)
 
     def sleep(self, seconds: float) -> None:
@@ -608,7 +630,7 @@ class Driver:
 
     def llm_query(self, prompt: str) -> str:
         """Ask the session's language model one question; its answer."""
-        _need_str("llm_query", "prompt", prompt)
+        need_str("llm_query", "prompt", prompt)
         return self.call("llm_query", prompt=prompt)
 
     def llm_query_batched(self, prompts: list[str]) -> list[str]:
@@ -618,14 +640,14 @@ class Driver:
                 f"llm_query_batched() takes a list of str, not {type(prompts).__name__}"
             )
         for i, prompt in enumerate(prompts):
-            _need_str("llm_query_batched", f"prompts[{i}]", prompt)
+            need_str("llm_query_batched", f"prompts[{i}]", prompt)
         if not prompts:
             return []
         return self.call("llm_query_batched", prompts=list(prompts))
 
     def rlm_query(self, task: str, ctx: Any = _NO_CTX) -> str:
         """Hand `task` (and, optionally, a JSON-able `ctx`) to a recursive language-model run."""
-        _need_str("rlm_query", "task", task)
+        need_str("rlm_query", "task", task)
         if ctx is _NO_CTX:
             return self.call("rlm_query", task=task, has_ctx=False, ctx=None)
         return self.call("rlm_query", task=task, has_ctx=True, ctx=ctx)
@@ -647,9 +669,9 @@ class Driver:
         element (matches then carry the element's "index"); bytes as UTF-8 (bad bytes replaced);
         anything else, such as a dict, as its JSON text.
         """
-        _need_str("search_context", "pattern", pattern)
+        need_str("search_context", "pattern", pattern)
         for name, number in (("window", window), ("max_matches", max_matches)):
-            _need_int("search_context", name, number)
+            need_int("search_context", name, number)
             if number < 0:
                 raise ValueError(f"search_context() {name} must be >= 0, not {number}")
         flags = re.MULTILINE | (re.IGNORECASE if ignore_case else 0)
@@ -663,7 +685,7 @@ class Driver:
         if source is None:
             raise ValueError("search_context(): there is no context; pass text=...")
         found: list[dict[str, Any]] = []
-        for index, haystack in _haystacks(source):
+        for index, haystack in haystacks(source):
             for match in regex.finditer(haystack):
                 if len(found) >= max_matches:
                     return found
@@ -713,9 +735,9 @@ class Driver:
             repaired.append(f"{DRIVER_NAME}.{name}")
         repaired.extend(self._methods.put_back())
         repaired.extend(self._repair_shell())
-        repaired.extend(_mend_streams())
+        repaired.extend(mend_streams())
         if repaired:
-            _warn(
+            warn(
                 "[sandbox] this cell replaced what the sandbox needs to run cells ("
                 + ", ".join(repaired)
                 + "): it was put back"
@@ -797,354 +819,6 @@ def _restore_env(name: str, old: str | None) -> None:
         os.environ[name] = old
 
 
-class _LoopChecks(ast.NodeTransformer):
-    """Puts a soft-interrupt check first in the body of every loop of a cell."""
-
-    def _check(self, node: ast.For | ast.AsyncFor | ast.While) -> ast.AST:
-        self.generic_visit(node)
-        check = ast.parse(_CHECK_SOURCE).body[0]
-        for part in ast.walk(check):  # the loop's own first line, so tracebacks name user lines
-            ast.copy_location(part, node.body[0])
-        node.body.insert(0, check)
-        return node
-
-    visit_For = visit_AsyncFor = visit_While = _check
-
-
-def _ends_with_semicolon(lines: list[str], node: ast.stmt) -> bool:
-    """Whether a ';' follows the cell's last statement (IPython's "do not show the value")."""
-    end_line = node.end_lineno or node.lineno
-    tail = lines[end_line - 1].encode("utf-8")[node.end_col_offset :].decode("utf-8")
-    rest = tail + "".join(lines[end_line:])  # only ';', comments and blank lines remain
-    last = None
-    try:
-        for token in tokenize.generate_tokens(io.StringIO(rest).readline):
-            if token.type not in _TRIVIA and token.type != tokenize.ENDMARKER:
-                last = token
-    except (tokenize.TokenError, SyntaxError):
-        return False
-    return last is not None and last.string == ";"
-
-
-def _prune(report: traceback.TracebackException) -> None:
-    """Keep the user's frames: from the first cell frame on (none if there is no cell frame),
-    minus the sandbox's own frames and what they called (user_frames)."""
-    for item in chain(report):
-        frames = list(item.stack)
-        first = next((i for i, f in enumerate(frames) if _is_cell(f.filename)), len(frames))
-        frames = frames[first:]
-        keep = user_frames([frame.filename for frame in frames], _is_cell)
-        item.stack[:] = [frame for frame, kept in zip(frames, keep, strict=True) if kept]
-
-
-def chain(first: Any) -> Iterator[Any]:
-    """`first` and what is chained to it (__cause__, __context__, an exception group's
-    members), each once: exceptions, or the reports traceback.TracebackException makes."""
-    pending: list[Any] = [first]
-    seen: set[int] = set()
-    while pending:
-        item = pending.pop()
-        if item is None or id(item) in seen:
-            continue
-        seen.add(id(item))
-        yield item
-        pending += [item.__cause__, item.__context__, *(getattr(item, "exceptions", None) or ())]
-
-
-def user_frames(filenames: list[str], is_cell: Callable[[str], bool]) -> list[bool]:
-    """Which frames of a traceback (their files, outermost first) are the user's: not the
-    sandbox's own (its guest modules), nor what they called (json, ...) until code of a cell
-    runs again. A helper the user called (display, llm_query, time.sleep) then ends the
-    traceback as a built-in function would."""
-    kept, inside = [], False
-    for name in filenames:
-        if name == _OWN_FILE or name.startswith(_OWN_PREFIX):
-            inside = True
-        elif is_cell(name):
-            inside = False
-        kept.append(not inside)
-    return kept
-
-
-def _is_cell(filename: str) -> bool:
-    return filename.startswith("<cell-")
-
-
-def _forget_turns() -> None:
-    """Drop the sources the reactor keeps for its turns' tracebacks (`<turn N>` in
-    linecache._interactive_cache): user tracebacks are cut to the cells' frames, so they were
-    only a copy of every cell's text, kept for the session's life."""
-    cache = vars(linecache).get("_interactive_cache")
-    if type(cache) is not dict:  # a Python without it, or a cell's replacement (repaired later)
-        return
-    for key in [k for k in cache if type(k) is tuple and k and type(k[0]) is str]:
-        if key[0].startswith("<turn "):
-            del cache[key]
-
-
-def _flush_streams() -> None:
-    for stream in (sys.stdout, sys.stderr, *_STREAMS.values()):
-        # A stream the cell closed or replaced has nothing left to flush.
-        with contextlib.suppress(Exception):
-            stream.flush()
-
-
-def _usable(stream: Any) -> bool:
-    try:
-        return callable(getattr(stream, "write", None)) and not getattr(stream, "closed", False)
-    except Exception:  # a property that raises: not a stream to write to
-        return False
-
-
-def _own_stream(name: str) -> Any:
-    """The sandbox's own stdout or stderr; opened again on its descriptor if a cell closed it
-    (the standard streams never close their descriptor)."""
-    stream = _STREAMS[name]
-    if not _usable(stream):
-        raw = io.FileIO(_FDS[name], "w", closefd=False)
-        stream = io.TextIOWrapper(
-            raw, encoding="utf-8", errors="backslashreplace", line_buffering=True
-        )
-        _STREAMS[name] = stream
-    return stream
-
-
-def _mend_streams() -> list[str]:
-    """sys.stdout and sys.stderr put back when a cell left them unusable (None, closed, no
-    write): IPython writes to both as it runs a cell. A stream of the cell's own (a StringIO
-    that captures) is kept, as in ipykernel."""
-    mended = []
-    for name in _STREAMS:
-        if not _usable(getattr(sys, name, None)):
-            setattr(sys, name, _own_stream(name))
-            mended.append(f"sys.{name}")
-    return mended
-
-
-def _warn(text: str) -> None:
-    """A line for the user on the sandbox's own stderr, whatever a cell did to print, to
-    sys.stderr or to sys.__stderr__."""
-    with contextlib.suppress(Exception):
-        _PRINT(text, file=_own_stream("stderr"), flush=True)
-
-
-# -- MIME bundles --------------------------------------------------------------------------
-
-
-def format_bundle(obj: object) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The MIME bundle (data, metadata) Jupyter shows for `obj`, built as IPython builds it.
-
-    Rich reprs are looked up on the type. `_repr_mimebundle_` wins for the types it gives; a
-    rich repr that raises or returns None is skipped; bytes are base64'd; text/plain is always
-    there; a matplotlib Figure gives image/png.
-    """
-    data: dict[str, Any] = {}
-    metadata: dict[str, Any] = {}
-    bundle = _call_repr(obj, "_repr_mimebundle_", include=None, exclude=None)
-    if isinstance(bundle, tuple) and len(bundle) == 2:
-        bundle, extra = bundle
-        metadata.update(extra if isinstance(extra, dict) else {})
-    for mime, value in (bundle if isinstance(bundle, dict) else {}).items():
-        _put(data, str(mime), value)
-    for method, mime in _RICH_REPRS:
-        if mime not in data:
-            value = _call_repr(obj, method)
-            if isinstance(value, tuple) and len(value) == 2:
-                value, metadata[mime] = value
-            _put(data, mime, value)
-    figures = sys.modules.get("matplotlib.figure")
-    if "image/png" not in data and figures is not None and isinstance(obj, figures.Figure):
-        try:
-            _put(data, "image/png", _figure_png(obj))
-        except Exception as exc:  # shown as text only, with the reason on stderr
-            _warn(f"could not draw the figure: {_describe(exc)}")
-    data.setdefault("text/plain", plain_text(obj))
-    return data, metadata if _is_jsonable(metadata) else {}
-
-
-def plain_text(obj: object) -> str:
-    """repr(obj), pretty-printed for containers; a description if repr itself fails."""
-    try:
-        text = repr(obj)
-        if isinstance(obj, dict | list | tuple | set | frozenset) and 80 < len(text) < 100_000:
-            text = pprint.pformat(obj, sort_dicts=False)
-        return text
-    except Exception as exc:
-        return f"<{type(obj).__name__} object (repr failed: {_describe(exc)})>"
-
-
-def _call_repr(obj: object, name: str, **kwargs: Any) -> Any:
-    """Call the rich repr `name` as defined on obj's type (never an instance attribute)."""
-    for klass in type(obj).__mro__:
-        if name in vars(klass):
-            attr = vars(klass)[name]
-            break
-    else:
-        return None
-    try:
-        getter = getattr(type(attr), "__get__", None)
-        method = getter(attr, obj, type(obj)) if getter is not None else attr
-        return method(**kwargs)
-    except Exception:  # a broken rich repr is skipped, as IPython does
-        return None
-
-
-def _put(data: dict[str, Any], mime: str, value: Any) -> None:
-    """Add one rich repr's value; None (no repr) and what JSON cannot carry are left out."""
-    if value is None:
-        return
-    if isinstance(value, bytes | bytearray | memoryview):
-        value = base64.b64encode(value).decode("ascii")
-    if isinstance(value, str) or (mime.endswith("json") and _is_jsonable(value)):
-        data[mime] = value
-
-
-def _figure_png(figure: Any) -> bytes:
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", bbox_inches="tight")
-    return buffer.getvalue()
-
-
-# -- plain data ----------------------------------------------------------------------------
-
-
-def to_plain(obj: object, max_depth: int = MAX_DEPTH, max_items: int = MAX_ITEMS) -> Any:
-    """`obj` as JSON data: what get_variable sends the host.
-
-    None, bool, int, str as they are; floats, with nan and inf as None; bytes as
-    {"__bytes__": base64}; list, tuple, set as lists; dicts with str keys (others repr'd);
-    dates and times as ISO text; numpy scalars and arrays, pandas Series and DataFrames (as
-    records) by their values; anything else as its repr. Past `max_depth` levels a container
-    becomes "<too deep>"; past `max_items` elements the rest becomes one "<truncated...>" marker.
-    """
-    return _Plain(max_items).convert(obj, max_depth)
-
-
-class _Plain:
-    """One conversion's state: how many elements may still be converted."""
-
-    def __init__(self, max_items: int) -> None:
-        self.left = max_items
-        self.marker = f"<truncated: more than {max_items} items>"
-
-    def convert(self, obj: Any, depth: int) -> Any:
-        if obj is None or isinstance(obj, bool | int | str):
-            return obj
-        if isinstance(obj, float):
-            return obj if math.isfinite(obj) else None
-        if isinstance(obj, bytes | bytearray | memoryview):
-            return {"__bytes__": base64.b64encode(obj).decode("ascii")}
-        if isinstance(obj, datetime.date | datetime.time):
-            return obj.isoformat()
-        if depth <= 0:
-            return "<too deep>"
-        if isinstance(obj, dict):
-            return self._dict(obj, depth - 1)
-        if isinstance(obj, list | tuple | set | frozenset):
-            return self._list(obj, depth - 1)
-        return self._foreign(obj, depth)
-
-    def _list(self, items: Any, depth: int) -> list[Any]:
-        out = []
-        for item in items:
-            if self.left <= 0:
-                out.append(self.marker)
-                break
-            self.left -= 1
-            out.append(self.convert(item, depth))
-        return out
-
-    def _dict(self, items: dict[Any, Any], depth: int) -> dict[str, Any]:
-        out = {}
-        for key, item in items.items():
-            if self.left <= 0:
-                out["<truncated>"] = self.marker
-                break
-            self.left -= 1
-            out[key if isinstance(key, str) else plain_text(key)] = self.convert(item, depth)
-        return out
-
-    def _foreign(self, obj: Any, depth: int) -> Any:
-        """numpy and pandas objects (only if those modules are loaded); repr for the rest."""
-        numpy, pandas = sys.modules.get("numpy"), sys.modules.get("pandas")
-        room = self.left + 1  # one more than fits, so the marker shows
-        if numpy is not None and isinstance(obj, numpy.generic):
-            return self.convert(obj.item(), depth)
-        if numpy is not None and isinstance(obj, numpy.ndarray):
-            if obj.ndim == 0:
-                return self.convert(obj.item(), depth)
-            per_row = max(1, obj.size // max(1, len(obj)))
-            return self._list(obj[: room // per_row + 1].tolist(), depth - 1)
-        if pandas is not None and isinstance(obj, pandas.DataFrame):
-            rows = obj.head(room // max(1, len(obj.columns)) + 1)
-            return self._list(rows.to_dict(orient="records"), depth - 1)
-        if pandas is not None and isinstance(obj, pandas.Series):
-            return self._list(obj.head(room).tolist(), depth - 1)
-        return plain_text(obj)
-
-
-# -- helpers for cells ---------------------------------------------------------------------
-
-
-def chunk_text(text: str, size: int = 4000, overlap: int = 200) -> list[str]:
-    """Cut `text` into windows of `size` characters, each sharing `overlap` with the previous.
-
-    Chunk i starts at i * (size - overlap); the last one may be shorter and ends the text.
-    """
-    _need_str("chunk_text", "text", text)
-    _need_int("chunk_text", "size", size)
-    _need_int("chunk_text", "overlap", overlap)
-    if size <= 0:
-        raise ValueError(f"chunk_text() size must be > 0, not {size}")
-    if not 0 <= overlap < size:
-        raise ValueError(
-            f"chunk_text() needs 0 <= overlap < size, got overlap={overlap}, size={size}"
-        )
-    chunks = []
-    for start in range(0, len(text), size - overlap):
-        chunks.append(text[start : start + size])
-        if start + size >= len(text):
-            break
-    return chunks
-
-
-def _haystacks(source: Any) -> list[tuple[int | None, str]]:
-    if isinstance(source, str):
-        return [(None, source)]
-    if isinstance(source, list) and all(isinstance(item, str) for item in source):
-        return list(enumerate(source))
-    if isinstance(source, bytes | bytearray):
-        return [(None, source.decode("utf-8", "replace"))]
-    return [(None, json.dumps(source, ensure_ascii=False, default=str))]
-
-
-def _need_str(function: str, name: str, value: object) -> None:
-    if not isinstance(value, str):
-        raise TypeError(f"{function}() {name} must be a str, not {type(value).__name__}")
-
-
-def _need_int(function: str, name: str, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{function}() {name} must be an int, not {type(value).__name__}")
-
-
-def _not_jsonable(obj: object) -> Any:
-    """json.dumps' fallback: say clearly what cannot go to the host, and what can."""
-    hint = " (decode it first, e.g. data.decode())" if isinstance(obj, bytes | bytearray) else ""
-    raise TypeError(
-        f"cannot send an object of type {type(obj).__name__} to the host{hint}: only JSON data "
-        "goes through (str, int, float, bool, None, and lists and dicts of them)"
-    )
-
-
-def _is_jsonable(value: Any) -> bool:
-    try:
-        json.dumps(value)
-    except (TypeError, ValueError):
-        return False
-    return True
-
-
 def _loads(raw: bytes) -> Any:
     try:
         return json.loads(raw)
@@ -1156,20 +830,3 @@ def _is_usage_error(exc: BaseException) -> bool:
     """IPython's UsageError (a magic's), which IPython shows as one line on stderr."""
     errors = sys.modules.get("IPython.core.error")
     return errors is not None and isinstance(exc, errors.UsageError)
-
-
-def _safe_str(exc: BaseException) -> str:
-    try:
-        return str(exc)
-    except Exception:  # an exception whose __str__ fails still gets reported
-        return f"<unprintable {type(exc).__name__}>"
-
-
-def _describe(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {_safe_str(exc)}"
-
-
-# This file's name as the host compiled it, and the names of all the sandbox's guest modules
-# (repl/guest_sources.py): their frames are cut from user tracebacks.
-_OWN_FILE = _describe.__code__.co_filename
-_OWN_PREFIX = "<sandbox-kernel "

@@ -464,8 +464,8 @@ def _shell_class(driver: Any) -> Any:
     from IPython.core.interactiveshell import InteractiveShell
 
     publisher, hook = _output_classes(driver)
-    own = sys.modules[type(driver).__module__]  # the driver's functions, not a cell's to replace
-    user_frames, chain = own.user_frames, own.chain
+    cells = sys.modules["sandbox_kernel_cells"]  # the sandbox's functions, not a cell's
+    user_frames, chain = cells.user_frames, cells.chain
 
     class SandboxShell(InteractiveShell):
         """IPython's shell, answering through the door."""

@@ -33,27 +33,19 @@ made its traceback (bench/bench_cell_cost.py part 6, against this rule: faults 2
 interrupt 0.91-0.92x; trivial cells alone 1.03-1.04x, as they copy 0.5 MB more). A fixed 8 MB
 copied more than it saved (1.9-2.2 ms).
 
-Why a memory image is enough to roll back: between turns the guest's C stack is empty, so its
-mutable globals (the stack pointer) hold their initial values, and all interpreter state is in
-linear memory. WASI state (open descriptors) lives in the host and is not rolled back: a file
-the guest held open across turns is closed by a rollback, and files written under /app stay.
+The image itself, and its copies, are memory_image.py's.
 
 Must not import: sandbox_kernel.repl, runtimes, anything Jupyter.
 """
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
-import functools
 import mmap
-import os
 import re
-import sys
 import threading
 import time
-import weakref
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import wasmtime
@@ -73,6 +65,14 @@ from sandbox_kernel.host.guest_run import (
     track_store,
     trap_text,
 )
+from sandbox_kernel.host.memory_image import (
+    ImageFile,
+    MemoryImage,
+    address_of,
+    copy_changed,
+    image_buffer,
+    memory_view,
+)
 from sandbox_kernel.host.run_guard import GuardLimits, RunGuard, guarding
 from sandbox_kernel.host.wasi_config import Preopen, make_wasi_config
 from sandbox_kernel.host.wasi_quota import ENTRY_COST_BYTES
@@ -81,17 +81,13 @@ from sandbox_kernel.host.write_watch import PAGE_SIZE, WriteWatch
 
 __all__ = [
     "GuestSession",
-    "ImageFile",
-    "MemoryImage",
     "SessionConfig",
     "StopTurn",
     "TurnLimits",
     "TurnOutcome",
-    "image_buffer",
 ]
 
 REPROTECT_BYTES = 5 << 20  # written pages kept writable (copied at every capture): the floor
-_MARKED_RUNS = 1 << 16  # runs ImageFile.mark remembers as marked, at most
 
 
 def _writable_bound(footprint: int) -> int:
@@ -134,148 +130,6 @@ class TurnOutcome:
     @property
     def trapped(self) -> bool:
         return self.status is None
-
-
-_MAP_FIXED = 0x10  # <sys/mman.h> on Linux; the mmap module does not export it
-_PAGE_SHIFT = PAGE_SIZE.bit_length() - 1
-
-
-class ImageFile:
-    """The file an image's buffer is a copy-on-write mapping of, held open (so a restore maps
-    the very bytes the loader checked), and which of the buffer's pages may differ from the
-    file since: the ones captures patched.
-
-    What it is for: a restore maps the file over the new instance's memory copy-on-write, as
-    wasmtime maps a module's initial memory, and copies only the patched pages. Every kernel
-    started from the same warm image then shares its pages in the page cache, and a page
-    becomes a kernel's own only when its cells write it."""
-
-    def __init__(self, fd: int, size: int) -> None:
-        self._closer = weakref.finalize(self, os.close, fd)
-        if size % PAGE_SIZE:
-            raise ValueError(f"an image of {size} bytes is not whole pages")
-        self.fd = fd
-        self.size = size
-        self.changed = bytearray(size // PAGE_SIZE)  # nonzero: the buffer's page was patched
-        self._marked: set[tuple[int, int]] = set()  # runs known to be in `changed` already
-
-    def mark(self, runs: Sequence[tuple[int, int]]) -> None:
-        """Note the runs (offset, length) patched into the buffer; what lies past the file (a
-        grown memory) is not the file's, and always copied. A capture marks mostly the same few
-        hundred runs after every cell (they stay writable until REPROTECT_BYTES), and a page
-        once marked stays marked, so a run seen before costs one set lookup (a trivial IPython
-        cell's runs: 0.28x of a search of the page map per run, bench/bench_cell_cost.py).
-        The set is bounded: past `_MARKED_RUNS` it starts again (a run is then marked twice)."""
-        changed, pages, known = self.changed, len(self.changed), self._marked
-        for run in runs:
-            if run in known:
-                continue
-            offset, length = run
-            first, end = offset >> _PAGE_SHIFT, (offset + length + PAGE_SIZE - 1) >> _PAGE_SHIFT
-            end = min(end, pages)
-            changed[first:end] = b"\x01" * (end - first)
-            known.add(run)
-        if len(known) > _MARKED_RUNS:
-            known.clear()
-
-    def changed_runs(self) -> Iterator[tuple[int, int]]:
-        """The patched pages as runs (offset, length), in order."""
-        for run in re.finditer(b"\x01+", self.changed):
-            yield run.start() * PAGE_SIZE, (run.end() - run.start()) * PAGE_SIZE
-
-    def map_over(self, address: int) -> bool:
-        """Replace the pages at [address, address + size) by a private (copy-on-write) mapping
-        of the file. False where this host cannot (the caller copies instead)."""
-        if sys.platform != "linux" or not hasattr(mmap, "MAP_PRIVATE"):
-            return False
-        prot = mmap.PROT_READ | mmap.PROT_WRITE
-        flags = mmap.MAP_PRIVATE | _MAP_FIXED
-        return _mmap()(address, self.size, prot, flags, self.fd, 0) == address
-
-
-@functools.cache
-def _mmap() -> Callable[[int, int, int, int, int, int], int | None]:
-    function = ctypes.CDLL(None, use_errno=True).mmap
-    function.argtypes = (
-        ctypes.c_void_p,
-        ctypes.c_size_t,
-        ctypes.c_int,
-        ctypes.c_int,
-        ctypes.c_int,
-        ctypes.c_long,
-    )
-    function.restype = ctypes.c_void_p
-    return function
-
-
-@dataclass(frozen=True)
-class MemoryImage:
-    """The guest's linear memory at a moment it was idle. `data` is read-only bytes (an image
-    loaded as is) or a writable buffer from `image_buffer` that captures update in place;
-    `origin`, when the buffer is a copy-on-write mapping of a file (a warm image), that file."""
-
-    data: bytes | mmap.mmap
-    flag_address: int | None  # the soft-interrupt flag byte, where the driver put it
-    files: tuple[SavedFile, ...] = ()  # the guest's open files then (descriptors.py)
-    origin: ImageFile | None = None
-
-
-def image_buffer(size: int) -> mmap.mmap:
-    """A writable buffer for a memory image: anonymous memory the kernel hands out zeroed and
-    page by page, so nothing fills it under the GIL (a bytearray of 66 MB is set to zero while
-    holding it, 30 ms that stalled every other thread of a starting kernel)."""
-    flags = getattr(mmap, "MAP_PRIVATE", 0) | getattr(mmap, "MAP_ANONYMOUS", 0)
-    return mmap.mmap(-1, size, flags=flags) if flags else mmap.mmap(-1, size)
-
-
-@functools.cache
-def _memcmp() -> Callable[[int, int, int], int]:
-    function = ctypes.CDLL(None).memcmp
-    function.argtypes = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t)
-    function.restype = ctypes.c_int
-    return function
-
-
-def _copy_changed(target: int, source: int, length: int) -> int:
-    """Make `length` bytes at `target` equal to those at `source`, writing only the pages that
-    differ (runs of them, one copy each); returns the bytes written. A fresh instance's memory
-    maps the compiled module's initial image copy-on-write and grows with untouched zero
-    pages: a page the image holds unchanged (a third of a kernel's warm image) stays shared
-    with every other kernel, instead of becoming a private copy of the same bytes."""
-    memcmp = _memcmp()
-    run = -1  # where the current run of differing pages starts
-    written = 0
-    for page in range(0, length, PAGE_SIZE):
-        differs = memcmp(target + page, source + page, min(PAGE_SIZE, length - page)) != 0
-        if differs and run < 0:
-            run = page
-        elif not differs and run >= 0:
-            ctypes.memmove(target + run, source + run, page - run)
-            written += page - run
-            run = -1
-    if run >= 0:
-        ctypes.memmove(target + run, source + run, length - run)
-        written += length - run
-    return written
-
-
-@contextlib.contextmanager
-def _address_of(buffer: mmap.mmap) -> Iterator[int]:
-    """The buffer's address for ctypes copies; the export is released on leaving, so the
-    buffer may be closed or freed later."""
-    view = (ctypes.c_char * len(buffer)).from_buffer(buffer)
-    try:
-        yield ctypes.addressof(view)
-    finally:
-        del view
-
-
-@contextlib.contextmanager
-def _view(address: int, size: int) -> Iterator[memoryview]:
-    """The bytes at [address, address + size) (the guest's memory) as a memoryview, released
-    on leaving."""
-    with memoryview((ctypes.c_char * size).from_address(address)).cast("B") as view:
-        yield view
 
 
 class _Router:
@@ -530,7 +384,7 @@ class GuestSession:
         if not isinstance(buffer, mmap.mmap) or len(buffer) != size:
             buffer = image_buffer(size)
         self._rewatch(size)  # before the copy: every write from here on is seen
-        with _address_of(buffer) as address:
+        with address_of(buffer) as address:
             ctypes.memmove(address, self._base, size)
         self.last_capture_bytes = size
         return self._rebase(MemoryImage(buffer, self.flag_address, self._open_files()))
@@ -543,7 +397,7 @@ class GuestSession:
         from the file (those the image had patched and those written since) and all the memory
         past the file. None when the file cannot be mapped (the caller copies everything)."""
         buffer = image_buffer(size)
-        with _address_of(buffer) as address:
+        with address_of(buffer) as address:
             if not origin.map_over(address):
                 return None
             origin.mark(runs)
@@ -553,7 +407,7 @@ class GuestSession:
                 ctypes.memmove(address + offset, self._base + offset, length)
                 copied += length
             tail = size - origin.size  # the buffer starts zeroed: its zero pages stay unmade
-            copied += _copy_changed(address + origin.size, self._base + origin.size, tail)
+            copied += copy_changed(address + origin.size, self._base + origin.size, tail)
         self.last_capture_bytes = copied
         files = self._open_files()
         return self._rebase(MemoryImage(buffer, self.flag_address, files, origin))
@@ -565,7 +419,7 @@ class GuestSession:
         if image.origin is not None:
             image.origin.mark(runs)
         copied = 0
-        with _view(self._base, len(buffer)) as memory, memoryview(buffer) as target:
+        with memory_view(self._base, len(buffer)) as memory, memoryview(buffer) as target:
             for offset, length in runs:  # slice copies: half the time of ctypes.memmove calls
                 end = offset + length
                 target[offset:end] = memory[offset:end]
@@ -624,14 +478,14 @@ class GuestSession:
             and origin.size <= len(source)
             and origin.map_over(self._base)
         ):
-            with _address_of(source) as address:  # the file's pages shared, the patched copied
+            with address_of(source) as address:  # the file's pages shared, the patched copied
                 for offset, length in origin.changed_runs():
                     ctypes.memmove(self._base + offset, address + offset, length)
                 tail = len(source) - origin.size  # a memory grown past the file
-                _copy_changed(self._base + origin.size, address + origin.size, tail)
+                copy_changed(self._base + origin.size, address + origin.size, tail)
         elif isinstance(source, mmap.mmap):
-            with _address_of(source) as address:
-                _copy_changed(self._base, address, len(source))
+            with address_of(source) as address:
+                copy_changed(self._base, address, len(source))
         else:
             ctypes.memmove(self._base, source, len(source))
         self.flag_address = image.flag_address

@@ -195,7 +195,7 @@ class PyodideReplSandbox(NativeReplSandbox):
         permission = (
             "--permission" if self.node_version >= (22, 13) else "--experimental-permission"
         )
-        readable = (self.index_folder, _JS, CHILD, DRIVER, self.workspace)
+        readable = (self.index_folder, _JS, CHILD, DRIVER.parent, self.workspace)  # the parts
         return [
             self.node,
             permission,

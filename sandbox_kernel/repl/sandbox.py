@@ -41,13 +41,8 @@ from sandbox_kernel.host.guest_library import (
     guest_library,
     requirements_text,
 )
-from sandbox_kernel.host.session import (
-    GuestSession,
-    MemoryImage,
-    SessionConfig,
-    TurnLimits,
-    TurnOutcome,
-)
+from sandbox_kernel.host.memory_image import MemoryImage
+from sandbox_kernel.host.session import GuestSession, SessionConfig, TurnLimits, TurnOutcome
 from sandbox_kernel.host.wasi_config import Preopen
 from sandbox_kernel.repl import warm
 from sandbox_kernel.repl.bridges import Bridge, LineSplitter, escalate_after
@@ -97,6 +92,10 @@ GUEST_MODULES = (
     ("sandbox_kernel_imports", "imports.py"),
     ("sandbox_kernel_numpy", "numpy64.py"),
     ("sandbox_kernel_introspect", "introspect.py"),
+    ("sandbox_kernel_streams", "streams.py"),
+    ("sandbox_kernel_bundles", "bundles.py"),
+    ("sandbox_kernel_cells", "cells.py"),
+    ("sandbox_kernel_helpers", "helpers.py"),
     ("sandbox_kernel_driver", "driver.py"),
 )
 

@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING
 
 from sandbox_kernel.host.artifacts import PythonImage, sha256_of
 from sandbox_kernel.host.cache import cache_dir, write_atomically
-from sandbox_kernel.host.session import GuestSession, ImageFile, MemoryImage, image_buffer
+from sandbox_kernel.host.memory_image import ImageFile, MemoryImage, image_buffer
+from sandbox_kernel.host.session import GuestSession
 
 if TYPE_CHECKING:
     from sandbox_kernel.host.wasi_config import Preopen

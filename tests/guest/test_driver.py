@@ -109,7 +109,7 @@ def test_installing_again_replaces_the_first_driver(
 
 def test_every_loop_gets_a_check_first(mod: types.ModuleType) -> None:
     source = "async def f(y):\n    async for x in y:\n        while x:\n            x -= 1\n"
-    tree = mod._LoopChecks().visit(ast.parse(source))
+    tree = sys.modules["sandbox_kernel_cells"].LoopChecks().visit(ast.parse(source))
     loops = [node for node in ast.walk(tree) if isinstance(node, ast.AsyncFor | ast.While)]
     assert len(loops) == 2
     for loop in loops:

@@ -19,7 +19,8 @@ import pytest
 from sandbox_kernel import ExecutionPolicy
 from sandbox_kernel.host import session as session_module
 from sandbox_kernel.host.artifacts import python_image
-from sandbox_kernel.host.session import GuestSession, MemoryImage, SessionConfig, TurnLimits
+from sandbox_kernel.host.memory_image import MemoryImage
+from sandbox_kernel.host.session import GuestSession, SessionConfig, TurnLimits
 from sandbox_kernel.host.wasi_config import Preopen
 from sandbox_kernel.host.write_watch import PAGE_SIZE, WriteWatch
 from sandbox_kernel.runtimes.base import limits_from_policy

@@ -3,10 +3,11 @@
 // Pyodide's file system. The channel reads and writes the parent's pipes with blocking
 // fs calls (this thread has nothing else to do); cells' stdout and stderr go to fd 1 and 2.
 import { constants, readFileSync, readSync, writeSync } from "node:fs";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import { pathToFileURL } from "node:url";
 import { workerData } from "node:worker_threads";
 
+const DRIVER_PARTS = ["streams.py", "bundles.py", "cells.py", "helpers.py"]; // driver.py's _PARTS
 const { indexURL, childPath, driverPath, workspace, mount, requestsFd, repliesFd, interrupt } =
   workerData;
 
@@ -28,7 +29,10 @@ pyodide.FS.mount(pyodide.FS.filesystems.NODEFS, { root: workspace }, mount);
 const LIB = "/lib/sandbox_kernel_pyodide";
 pyodide.FS.mkdirTree(LIB);
 pyodide.FS.writeFile(`${LIB}/native_child.py`, readFileSync(childPath));
-pyodide.FS.writeFile(`${LIB}/driver.py`, readFileSync(driverPath));
+// The driver and its parts (guest/streams.py, bundles.py, ...), which it loads from its folder.
+for (const name of ["driver.py", ...DRIVER_PARTS]) {
+  pyodide.FS.writeFile(`${LIB}/${name}`, readFileSync(join(dirname(driverPath), name)));
+}
 
 let pending = Buffer.alloc(0);
 const chunk = Buffer.alloc(1 << 16);
