@@ -24,7 +24,8 @@ from traitlets import Float
 from sandbox_kernel import __version__
 from sandbox_kernel.kernel import magics, messages
 from sandbox_kernel.kernel.data_magics import DataMagics
-from sandbox_kernel.kernel.firewall import OutputFirewall, Shown, removal_note
+from sandbox_kernel.kernel.firewall import OutputFirewall
+from sandbox_kernel.kernel.publisher import Publisher
 from sandbox_kernel.kernel.runlog import RunLog
 from sandbox_kernel.kernel.settings import KernelSettings
 from sandbox_kernel.kernel.stdin import StdinReader
@@ -37,7 +38,7 @@ from sandbox_kernel.repl.host_view import (
     list_files,
     preparing_notice,
 )
-from sandbox_kernel.repl.models import CodeExecution, DisplayMessage
+from sandbox_kernel.repl.models import CodeExecution
 
 if TYPE_CHECKING:
     from sandbox_kernel.repl.sandbox import ReplSandbox
@@ -95,14 +96,14 @@ class SandboxKernel(Kernel):
         self.runlog = RunLog(self.settings.run_log)
         policy = self.settings.policy  # the guarded spec never trusts outputs (settings.py)
         self.firewall = OutputFirewall(policy.trust_outputs, policy.display_max_bytes)
-        self._removed: list[str] = []  # what the firewall removed in the running execution
+        self.out = Publisher(self.firewall, self._send_iopub)
         self._answered: Callable[[], None] | None = None  # a cell's run log line, for later
         # Why the model settings are unusable (llm_query and %sandbox say it), or None.
         self.llm_error: str | None = self.settings.llm_error
         self.llm = self._llm_service()
         config = self.settings.repl_config(
-            on_display_message=self._display,
-            on_clear_output=self._clear_output,
+            on_display_message=self.out.display,
+            on_clear_output=self.out.clear_output,
             on_input=self._input,
             on_packages=self.runlog.record_packages,
         )
@@ -111,8 +112,6 @@ class SandboxKernel(Kernel):
         elif self.llm_error is not None:
             config.on_llm_query = config.on_rlm_query = self._llm_unusable
         self._repl_config = config
-        self._silent = False
-        self._streams: StreamPublisher | None = None  # the running cell's
         self._stdin: StdinReader | None = None
         self._history: list[tuple[int, int, str]] = []
         # What the first cell says while the session starts: a cold compile cache takes about
@@ -154,11 +153,9 @@ class SandboxKernel(Kernel):
 
     # -- output from the running cell (called on the worker thread) --------------------------
 
-    def _stream(self, name: str, text: str) -> None:
-        """Output of the kernel itself (magics), for the current request."""
-        if not self._silent:
-            content = messages.stream_content(name, text)
-            self.send_response(self.iopub_socket, "stream", content)
+    def _send_iopub(self, msg_type: str, content: dict[str, Any]) -> None:
+        """For the Publisher: one message on IOPub, for the current request."""
+        self.send_response(self.iopub_socket, msg_type, content)
 
     def _send_stream(self, name: str, text: str, parent: dict[str, Any]) -> None:
         """A cell's output, for the request that ran it (from any thread)."""
@@ -168,35 +165,6 @@ class SandboxKernel(Kernel):
         self.session.send(
             self.iopub_socket, "stream", content, parent=parent, ident=self._topic("stream")
         )
-
-    def _display(self, message: DisplayMessage) -> None:
-        """display() and IPython's update_display (by display_id), through the firewall."""
-        if not self._silent:
-            self._flush_streams()  # what the cell printed before it comes first
-            shown = self.firewall.bundle(message.data, message.metadata)
-            transient = self.firewall.transient(message.transient)
-            updates = message.update and "display_id" in transient
-            msg_type = "update_display_data" if updates else "display_data"
-            self._send_shown(msg_type, messages.display_content(shown, transient), shown)
-
-    def _clear_output(self, wait: bool) -> None:
-        if not self._silent:
-            self._flush_streams()
-            self.send_response(self.iopub_socket, "clear_output", messages.clear_output(wait))
-
-    def _flush_streams(self) -> None:
-        streams = self._streams
-        if streams is not None:
-            streams.flush()
-
-    def _send_shown(self, msg_type: str, content: dict[str, Any], shown: Shown) -> None:
-        """A bundle that passed the firewall, then the note on what it removed (an output
-        left with nothing to show is not sent: the note says what it was)."""
-        if shown.data:
-            self.send_response(self.iopub_socket, msg_type, content)
-        if shown.note:
-            self._removed.extend(shown.removed)
-            self._stream("stderr", shown.note)
 
     def _input(self, prompt: str, password: bool) -> str:
         """On a bridge helper thread: ask the client, until answered or the cell moves on."""
@@ -255,7 +223,7 @@ class SandboxKernel(Kernel):
             if announce:
                 await asyncio.to_thread(self._noticed.wait)
                 if self._preparing:
-                    self._stream("stderr", self._preparing)
+                    self.out.stream("stderr", self._preparing)
             await asyncio.to_thread(self._ready.join)
         if getattr(self, "repl", None) is None:
             raise RuntimeError("the sandbox session could not be made (the kernel's log says why)")
@@ -322,20 +290,19 @@ class SandboxKernel(Kernel):
         plan = self.data.plan(code)  # %dataset and %%sql as guest code; the guarded check
         if plan.reply is not None:
             return self._magic_reply(plan.reply, count, silent)
-        self._silent = silent
-        self._removed = []
+        self.out.begin(silent)
         before = list_files(self.settings.workspace)
         try:
             execution, error, payload = await asyncio.to_thread(self._run, plan.code, count, silent)
         finally:
-            self._silent = False
+            self.out.silent = False
         if store_history and not silent:
             self._history.append((0, count, code))
         expressions: dict[str, Any] = {}
         if user_expressions:  # a thread hop only when there is something to evaluate
             expressions = await asyncio.to_thread(self._user_expressions, user_expressions)
         reply = messages.execute_reply(execution, count, expressions, error, payload)
-        removed = list(self._removed)
+        removed = list(self.out.removed)
 
         def record() -> None:  # once the reply has gone (execute_request)
             after = list_files(self.settings.workspace)
@@ -366,7 +333,9 @@ class SandboxKernel(Kernel):
                     answered()
                 except Exception as exc:  # the cell's output says so; the kernel goes on
                     self.log.exception("sandbox-kernel could not write the run log")
-                    self._stream("stderr", f"[sandbox] the run log could not be written: {exc}\n")
+                    self.out.stream(
+                        "stderr", f"[sandbox] the run log could not be written: {exc}\n"
+                    )
             repl = getattr(self, "repl", None)
             if repl is not None:
                 repl.take_image()
@@ -382,18 +351,18 @@ class SandboxKernel(Kernel):
             execution = self.repl.execute(code, on_stdout=_drop, on_stderr=_drop, defer_image=True)
         else:
             with StreamPublisher(self._send_stream, self.get_parent("shell")) as streams:
-                self._streams = streams
+                self.out.streams = streams
                 try:
                     execution = self.repl.execute(
                         code, on_stdout=streams.stdout, on_stderr=streams.stderr, defer_image=True
                     )
                 finally:
-                    self._streams = None
-        return (execution, *self._publish(execution, count, silent))
+                    self.out.streams = None
+        return (execution, *self.out.outcome(execution, count, silent))
 
     def _magic_reply(self, handled: magics.MagicResult, count: int, silent: bool) -> dict[str, Any]:
         if handled.text and not silent:
-            self._stream("stdout", handled.text)
+            self.out.stream("stdout", handled.text)
         if handled.error is None:
             return messages.execute_reply(None, count)
         traceback = list(handled.traceback) or [handled.error]
@@ -425,25 +394,6 @@ class SandboxKernel(Kernel):
             "help_links": self.help_links,
             "supported_features": ["kernel subshells"] if subshells else [],
         }
-
-    def _publish(
-        self, execution: CodeExecution, count: int, silent: bool
-    ) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
-        """The execution's result and error on IOPub (unless silent); its error content and the
-        payloads that pass the firewall, for the reply."""
-        error = messages.error_content(execution)
-        if not silent:
-            if execution.result:
-                shown = self.firewall.bundle(execution.result, execution.result_metadata)
-                content = messages.execute_result_content(count, shown)
-                self._send_shown("execute_result", content, shown)
-            if error is not None and not execution.error_shown:  # a UsageError: on stderr
-                self.send_response(self.iopub_socket, "error", error)
-        payload, removed = self.firewall.payloads(execution.payload)
-        if removed and not silent:
-            self._removed.extend(removed)
-            self._stream("stderr", removal_note(removed))
-        return error, payload
 
     def _user_expressions(self, expressions: dict[str, Any]) -> dict[str, Any]:
         """On a worker thread: all of them in one call into the guest (policy limits, ended by
