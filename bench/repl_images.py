@@ -27,7 +27,7 @@ from sandbox_kernel.host.artifacts import python_image
 from sandbox_kernel.host.memory_image import MemoryImage, image_buffer
 from sandbox_kernel.host.session import TurnLimits
 from sandbox_kernel.repl import warm
-from sandbox_kernel.repl.sandbox import driver_source
+from sandbox_kernel.repl.guest_sources import driver_source
 
 IMAGE_ROUNDS = 20
 WARM_ROUNDS = 5

@@ -37,7 +37,7 @@ from collections.abc import Callable
 from typing import Any
 
 # The driver's parts, each a guest module of its own (streams, bundles, cells, helpers). In
-# the sandbox the host loads them first (repl/sandbox.py's GUEST_MODULES); under host CPython
+# the sandbox the host loads them first (repl/guest_sources.py's GUEST_MODULES); under host CPython
 # (the native backends, the unit tests) they are read from this file's folder.
 _PARTS = (
     ("sandbox_kernel_streams", "streams.py"),

@@ -34,19 +34,16 @@ from sandbox_kernel.core.errors import SandboxAbandoned, SandboxExecutionError
 from sandbox_kernel.core.policy import ExecutionPolicy
 from sandbox_kernel.core.results import LimitKind
 from sandbox_kernel.host.artifacts import python_image
-from sandbox_kernel.host.guest_library import (
-    DATA_FOLDER,
-    GUEST_PATH,
-    PACKAGE_DATA,
-    guest_library,
-    requirements_text,
-)
 from sandbox_kernel.host.memory_image import MemoryImage
 from sandbox_kernel.host.session import GuestSession, SessionConfig, TurnLimits, TurnOutcome
-from sandbox_kernel.host.wasi_config import Preopen
 from sandbox_kernel.repl import warm
 from sandbox_kernel.repl.bridges import Bridge, LineSplitter, escalate_after
-from sandbox_kernel.repl.guest_sources import loader_source
+from sandbox_kernel.repl.folders import session_folders
+from sandbox_kernel.repl.guest_sources import (
+    driver_source,
+    install_source,
+    warm_imports,
+)
 from sandbox_kernel.repl.models import (
     CodeExecution,
     ContextManagedSession,
@@ -85,72 +82,6 @@ _ROLLBACK_NOTE = (
     "the session was rolled back to its state before this execution "
     "(files written under /app were kept)"
 )
-
-
-# The guest modules, in load order: (module name in the guest, file in sandbox_kernel/guest).
-GUEST_MODULES = (
-    ("sandbox_kernel_imports", "imports.py"),
-    ("sandbox_kernel_numpy", "numpy64.py"),
-    ("sandbox_kernel_introspect", "introspect.py"),
-    ("sandbox_kernel_streams", "streams.py"),
-    ("sandbox_kernel_bundles", "bundles.py"),
-    ("sandbox_kernel_cells", "cells.py"),
-    ("sandbox_kernel_helpers", "helpers.py"),
-    ("sandbox_kernel_driver", "driver.py"),
-)
-
-
-# With IPython (REPLConfig.ipython): the shell and %pip (they import IPython only when started).
-SHELL_MODULES = (("sandbox_kernel_shell", "shell.py"), ("sandbox_kernel_packages", "packages.py"))
-PACKAGES_FOLDER = ".packages"  # %pip's, in the workspace
-NOTEBOOK_PATH = "/notebook"  # REPLConfig.notebook_dir, read-only, the working folder
-
-
-def driver_source(
-    ipython: bool = False, workspace: str = "/app", workdir: str | None = None
-) -> str:
-    """What a warm image depends on besides the binary and modules: the turn that installs
-    the driver (all guest sources, the folders) and, with IPython, the guest library's
-    requirements."""
-    return install_source(workspace, ipython, workdir) + (requirements_text() if ipython else "")
-
-
-def install_source(workspace: str, ipython: bool = False, workdir: str | None = None) -> str:
-    """The turn that loads the guest modules and installs the driver, working in `workdir`
-    (default: the workspace, where %pip's folder is too)."""
-    workdir = workdir or workspace
-    if not ipython:
-        return loader_source(GUEST_MODULES, then=_install_call(workdir=workdir, shell=False))
-    packages = f"{workspace}/{PACKAGES_FOLDER}"
-    data = {package: f"{GUEST_PATH}/{DATA_FOLDER}/{package}" for package in PACKAGE_DATA}
-    install = _install_call(
-        workdir=workdir, shell=True, library=GUEST_PATH, packages=packages, package_data=data
-    )
-    return loader_source(GUEST_MODULES + SHELL_MODULES, then=install)
-
-
-def _install_call(**arguments: object) -> str:
-    """The driver's install() with `arguments` (repr'd: ours, never a user's text)."""
-    given = ", ".join(f"{name}={value!r}" for name, value in arguments.items())
-    # `and None`: the turn has no value, so the session's `_` is not the driver.
-    return f"__import__('sys').modules['sandbox_kernel_driver'].install({given}) and None\n"
-
-
-def _warm_imports(modules: tuple[str, ...], ipython: bool = False) -> str:
-    """A turn that imports `modules` without binding their names: a session starts with the
-    names an ordinary Python session has (`numpy` is there once a cell imports it). With
-    IPython, a traceback is then formatted once (shell.warm_tracebacks), so that what it works
-    out about the imported modules is in the image rather than in a user's first error.
-
-    It ends by moving every object alive into the collector's permanent generation
-    (`gc.freeze()`, as forking servers do before they fork): a later collection walks only
-    what cells made, so it leaves the image's pages alone. A full collection writes to every
-    object it visits, and made all 40 MB of an IPython session's heap a kernel's own copy."""
-    name = "__sandbox_kernel_module__"
-    imports = f"for {name} in {modules!r}:\n    __import__({name})\ndel {name}\n"
-    if ipython:
-        imports += "__import__('sys').modules['sandbox_kernel_shell'].warm_tracebacks()\n"
-    return imports + "__import__('gc').collect()\n__import__('gc').freeze()\n"
 
 
 class ReplSandbox(ContextManagedSession):
@@ -218,21 +149,8 @@ class ReplSandbox(ContextManagedSession):
         policy = self.config.policy
         self.workspace.mkdir(parents=True, exist_ok=True)
         self._scratch = tempfile.TemporaryDirectory(prefix="sandbox-kernel-repl-")
-        preopens = [Preopen(self.workspace, policy.guest_mount_path, writable=True)]
-        if policy.mount_data_dir is not None:
-            data = Path(policy.mount_data_dir).resolve()
-            preopens.append(Preopen(data, policy.guest_data_path, writable=False))
-        preopens.append(Preopen(Path(self._scratch.name), "/tmp", writable=True))
+        preopens, workdir = session_folders(self.config, self.workspace, Path(self._scratch.name))
         ipython = self.config.ipython
-        if ipython:
-            preopens.append(Preopen(guest_library(), GUEST_PATH, writable=False))
-        workdir = None
-        if self.config.notebook_dir is not None:
-            notebook = Path(self.config.notebook_dir).expanduser().resolve()
-            if not notebook.is_dir():
-                raise SandboxExecutionError(f"notebook_dir {notebook} is not a folder")
-            preopens.append(Preopen(notebook, NOTEBOOK_PATH, writable=False))
-            workdir = NOTEBOOK_PATH
         config = SessionConfig(
             preopens=preopens,
             env=policy.guest_env(),
@@ -245,7 +163,7 @@ class ReplSandbox(ContextManagedSession):
         # IPython is worth an image by itself: importing it costs seconds.
         wanted = self.config.warm_start_modules or (("IPython",) if ipython else ())
         workspace = policy.guest_mount_path
-        driver = driver_source(ipython, workspace, workdir) + _warm_imports(wanted, ipython)
+        driver = driver_source(ipython, workspace, workdir) + warm_imports(wanted, ipython)
         saved = warm.load(image, driver, wanted, layout)
         if saved is not None and len(saved.data) <= policy.memory_bytes:
             self._session.restore(saved)
@@ -255,7 +173,7 @@ class ReplSandbox(ContextManagedSession):
         if self.bridge.flag_magic is not None:
             self._session.locate_flag(self.bridge.flag_magic)
         if wanted:
-            self._setup_turn(_warm_imports(wanted, ipython))
+            self._setup_turn(warm_imports(wanted, ipython))
             warm.save(image, driver, wanted, self._session, layout)
 
     def _setup_turn(self, source: str, *, hello: bool = False) -> None:
