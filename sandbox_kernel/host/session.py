@@ -41,12 +41,14 @@ Must not import: sandbox_kernel.repl, runtimes, anything Jupyter.
 from __future__ import annotations
 
 import ctypes
+import functools
 import mmap
 import re
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import wasmtime
 
@@ -132,6 +134,14 @@ class TurnOutcome:
         return self.status is None
 
 
+def _disk_growth(folders: list[Path], at_start: int | None) -> int | None:
+    """What the writable folders hold now beyond the start (None: too many entries)."""
+    now = disk_usage(folders, ENTRY_COST_BYTES)
+    if now is None or at_start is None:
+        return None
+    return max(0, now - at_start)
+
+
 class _Router:
     """WASI output callbacks are fixed per Store; they route to the current turn's streams."""
 
@@ -181,8 +191,12 @@ class GuestSession:
         self._all_protected = False
         self._footprint = 0  # the last footprint measured: the writable pages' bound follows it
         # The writable folders as the quota counts them at the start: the quota bounds growth.
-        self._writable = [p.host for p in config.preopens if p.writable]
-        self._disk_at_start = disk_usage(self._writable, ENTRY_COST_BYTES)
+        # A function of the folders alone, not a method: the guard must hold no reference
+        # back to the session (a cycle kept each closed session's memory until a collection).
+        writable = [p.host for p in config.preopens if p.writable]
+        self._disk_growth = functools.partial(
+            _disk_growth, writable, disk_usage(writable, ENTRY_COST_BYTES)
+        )
         self._fresh_instance()
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -212,13 +226,6 @@ class GuestSession:
             self._instance = instantiate_guarded(store, self.handle, self.module, self._guard)
         self._store = store
         self._base = self._memory_base()
-
-    def _disk_growth(self) -> int | None:
-        """What the writable folders hold now beyond the start (None: too many entries)."""
-        now = disk_usage(self._writable, ENTRY_COST_BYTES)
-        if now is None or self._disk_at_start is None:
-            return None
-        return max(0, now - self._disk_at_start)
 
     def _door(self, frame: bytes) -> bytes:
         assert self._handler is not None
