@@ -96,6 +96,9 @@ _STORES_LOCK = threading.Lock()
 # Runs inside the guest right now, on any thread: what stops each one at interpreter exit.
 _RUNNING: dict[int, tuple[EngineHandle, RunGuard, int]] = {}  # by id(store)
 _EXIT_GRACE_SECONDS = 2.0
+# How long exit waits for wasmtime's own threads to let go of the output callbacks: nothing in
+# the normal case, seconds when the machine is busy (2 s was short with four processes per core).
+_OUTPUTS_GRACE_SECONDS = 15.0
 
 
 def track_store(store: wasmtime.Store) -> wasmtime.Store:
@@ -146,7 +149,7 @@ def _close_all_stores() -> None:
         store.close()
     # wasmtime lets go of a closed store's output callbacks on its own threads, which must not
     # enter Python once the interpreter is finalizing (see wasi_config._Output).
-    wait_for_outputs(_EXIT_GRACE_SECONDS)
+    wait_for_outputs(_OUTPUTS_GRACE_SECONDS)
 
 
 def run_guest(

@@ -12,23 +12,21 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from sandbox_kernel import ExecutionStatus, ReplSandbox
-from tests.repl.conftest import new_repl, plain, repl_config, run_ok
+from tests.repl.conftest import interrupting, new_repl, plain, repl_config, run_ok
+from tests.repl.conftest import stopped as stop
 
 SIZE = 8_000_000
 
 
 @pytest.fixture
 def repl(workspace: Path) -> Iterator[ReplSandbox]:
-    made = new_repl(
-        repl_config(workspace, {"timeout_seconds": 2}, timeout_ms=2000, interrupt_grace_seconds=0.2)
-    )
+    made = new_repl(repl_config(workspace, interrupt_grace_seconds=0.2))
     run_ok(made, f"blob = bytearray(b'a' * {SIZE})")  # grows the memory: a whole copy
     run_ok(made, "kept = {'n': 1}")  # a small cell: its image is patched
     (workspace / "b.bin").write_bytes(b"b" * SIZE)
@@ -53,19 +51,15 @@ def assert_as_before(repl: ReplSandbox) -> None:
     ids=["every-page", "kernel-read", "grow-and-scatter", "heap-objects"],
 )
 def test_a_cell_stopped_by_its_deadline_leaves_nothing(repl: ReplSandbox, rewrite: str) -> None:
-    stopped = repl.execute(f"{rewrite}\nwhile True:\n    pass")
+    stopped = stop(repl, f"{rewrite}\nwhile True:\n    pass")
     assert stopped.status is ExecutionStatus.TIMEOUT and stopped.rolled_back
     assert_as_before(repl)
 
 
 def test_a_cell_stopped_by_a_hard_interrupt_leaves_nothing(repl: ReplSandbox) -> None:
     """sum() over a huge range never reaches a loop check: only the hard stop ends it."""
-    timer = threading.Timer(0.5, repl.cancel)
-    timer.start()
-    try:
+    with interrupting(repl):
         stopped = repl.execute("blob[:] = b'q' * len(blob)\nsum(range(10**13))")
-    finally:
-        timer.cancel()
     assert stopped.status is ExecutionStatus.CANCELLED and stopped.rolled_back
     assert_as_before(repl)
 
@@ -73,7 +67,7 @@ def test_a_cell_stopped_by_a_hard_interrupt_leaves_nothing(repl: ReplSandbox) ->
 def test_rollbacks_in_a_row_each_restore_the_last_good_state(repl: ReplSandbox) -> None:
     for round_ in range(3):
         run_ok(repl, f"kept['n'] = {round_ + 10}")
-        stopped = repl.execute("blob[:] = b'x' * len(blob); kept['n'] = -1\nwhile True: pass")
+        stopped = stop(repl, "blob[:] = b'x' * len(blob); kept['n'] = -1\nwhile True: pass")
         assert stopped.rolled_back
         assert plain(repl.execute("kept['n'], blob[:3]")) == f"({round_ + 10}, bytearray(b'aaa'))"
 
@@ -89,7 +83,7 @@ def test_a_deferred_image_is_the_state_a_rollback_returns_to(
     assert done.status is ExecutionStatus.OK, done
     if taken:
         repl.take_image()
-    stopped = repl.execute("blob[:] = b'x' * len(blob); kept['n'] = -1\nwhile True: pass")
+    stopped = stop(repl, "blob[:] = b'x' * len(blob); kept['n'] = -1\nwhile True: pass")
     assert stopped.rolled_back
     assert plain(repl.execute("kept['n'], bytes(blob[:5])")) == "(5, b'dddda')"
     repl.take_image()  # nothing deferred: nothing to do
@@ -102,7 +96,7 @@ _INTERRUPTS_DURING_ROLLBACKS = """
 import sys, threading, time
 from pathlib import Path
 from sandbox_kernel import ExecutionStatus
-from tests.repl.conftest import new_repl, repl_config
+from tests.repl.conftest import interrupting, new_repl, repl_config
 
 repl = new_repl(repl_config(Path(sys.argv[1]), interrupt_grace_seconds=0.1))
 repl.execute("kept = 1")
@@ -119,10 +113,8 @@ thread = threading.Thread(target=hammer)
 thread.start()
 try:
     for _ in range(4):
-        timer = threading.Timer(0.2, repl.cancel)
-        timer.start()
-        stopped = repl.execute("sum(range(10**13))")  # no loop check: stopped the hard way
-        timer.cancel()
+        with interrupting(repl, 0.2):
+            stopped = repl.execute("sum(range(10**13))")  # no loop check: the hard way
         assert stopped.status is ExecutionStatus.CANCELLED and stopped.rolled_back, stopped
 finally:
     stop.set()

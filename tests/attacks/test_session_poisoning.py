@@ -66,7 +66,7 @@ def test_a_session_that_cannot_run_cells_is_rebuilt_and_says_so(session: ReplSan
     its state): the first cell after it fails, the second rebuilds the session."""
     session.execute("keep = 41")
     poisoned = session.execute(
-        "import sys\nsys.modules['sandbox_kernel_driver']._forget_turns = None"
+        "import sys\nsys.modules['sandbox_kernel_driver'].forget_turns = None"
     )
     assert poisoned.ok, poisoned
     first = session.execute("1 + 1")

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from sandbox_kernel import ExecutionStatus, REPLConfig, ReplSandbox
 from tests.repl.conftest import new_repl, plain, repl_config, run_ok
+from tests.repl.conftest import stopped as stop
 
 MODULES = ("json",)  # a warm image made in a second, in the test's own cache
 POISON = (
@@ -28,13 +29,7 @@ POISON = (
 
 
 def warm_config(workspace: Path) -> REPLConfig:
-    return repl_config(
-        workspace,
-        {"timeout_seconds": 2},
-        timeout_ms=2000,
-        interrupt_grace_seconds=0.2,
-        warm_start_modules=MODULES,
-    )
+    return repl_config(workspace, interrupt_grace_seconds=0.2, warm_start_modules=MODULES)
 
 
 def the_image(cache: Path, config: REPLConfig) -> Path:
@@ -72,7 +67,7 @@ def test_a_kernel_cannot_change_what_other_kernels_map(
         assert attacker._image is not None and attacker._image.origin is not None, (
             "the attacker's rollback image should still be the mapped file, patched"
         )
-        stopped = attacker.execute("blob = bytearray(b'q' * 30_000_000)\nwhile True: pass")
+        stopped = stop(attacker, "blob = bytearray(b'q' * 30_000_000)\nwhile True: pass")
         assert stopped.status is ExecutionStatus.TIMEOUT and stopped.rolled_back
         assert plain(attacker.execute("string.capwords, 'blob' in globals()")) == "(None, False)"
         assert untouched(neighbour) == "('A B', False)"
@@ -108,7 +103,7 @@ def test_a_rollback_from_a_warm_start_is_the_image_byte_for_byte(
             saved = repl._image
             assert saved is not None and saved.origin is not None
             expected = saved.data[:]
-            stopped = repl.execute(f"{rewrite}\nkept['n'] = -1\nwhile True: pass")
+            stopped = stop(repl, f"{rewrite}\nkept['n'] = -1\nwhile True: pass")
             assert stopped.status is ExecutionStatus.TIMEOUT and stopped.rolled_back
             assert memory_now(repl) == expected, f"the rollback after {rewrite!r} differs"
         assert (

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from sandbox_kernel import ExecutionPolicy
+from sandbox_kernel.host import memory_image
 from sandbox_kernel.host import session as session_module
 from sandbox_kernel.host.artifacts import python_image
 from sandbox_kernel.host.memory_image import MemoryImage
@@ -197,7 +198,7 @@ def test_a_restore_writes_only_the_pages_that_differ(tmp_path: Path) -> None:
     source_view = (ctypes.c_char * len(image)).from_buffer(source)
     address = ctypes.addressof(target_view)
     assert _anonymous_kib(address) == 0
-    session_module._copy_changed(address, ctypes.addressof(source_view), len(image))
+    memory_image.copy_changed(address, ctypes.addressof(source_view), len(image))
     assert bytes(target) == bytes(image)
     assert _anonymous_kib(address) == 5 * page // 1024  # the five changed pages, no more
     del target_view, source_view
@@ -255,7 +256,7 @@ def test_a_grown_memory_keeps_the_file_under_its_image(
     assert grown.data[:] == memory_now(session)
     patched_kib = sum(grown.origin.changed) * 4  # what differs from the file: copied
     assert patched_kib * 1024 < grown.origin.size // 2
-    with session_module._address_of(grown.data) as address:
+    with memory_image.address_of(grown.data) as address:
         assert _anonymous_kib(address) <= patched_kib, "the file's other pages are shared"
     expected = grown.data[:]
     turn(session, "del big; kept = None")
@@ -271,7 +272,7 @@ def test_without_file_mappings_a_file_image_is_copied(
     session: GuestSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A host where the file cannot be mapped over the memory gets the same memory by copies."""
-    monkeypatch.setattr(session_module.ImageFile, "map_over", lambda self, address: False)
+    monkeypatch.setattr(memory_image.ImageFile, "map_over", lambda self, address: False)
     turn(session, "kept = 'x' * 100_000")
     image = _file_image(session, tmp_path)
     session.restore(image)
@@ -289,8 +290,8 @@ def test_the_patched_pages_are_the_union_of_every_run_marked(
     path = tmp_path / "image.bin"
     path.write_bytes(bytes(64 * PAGE_SIZE))
     fd = os.open(path, os.O_RDONLY)
-    image_file = session_module.ImageFile(fd, 64 * PAGE_SIZE)
-    monkeypatch.setattr(session_module, "_MARKED_RUNS", 3)
+    image_file = memory_image.ImageFile(fd, 64 * PAGE_SIZE)
+    monkeypatch.setattr(memory_image, "_MARKED_RUNS", 3)
     batches = [
         [(0, PAGE_SIZE), (4 * PAGE_SIZE, 2 * PAGE_SIZE)],
         [(0, PAGE_SIZE), (4 * PAGE_SIZE, 2 * PAGE_SIZE)],  # the same again

@@ -9,6 +9,8 @@ billion instructions) unless a test asks for less.
 
 from __future__ import annotations
 
+import contextlib
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Protocol
@@ -45,6 +47,47 @@ def run_ok(repl: ReplSandbox, code: str) -> CodeExecution:
     result = repl.execute(code)
     assert result.ok, f"{code!r} failed: {result.status} {result.error}\n{result.stderr}"
     return result
+
+
+RUNAWAY_MS = 2_000  # the wall clock of a cell or host call that is meant to be stopped
+
+
+@contextlib.contextmanager
+def wall_clock(repl: ReplSandbox, timeout_ms: int = RUNAWAY_MS) -> Iterator[None]:
+    """Run what is inside under a short wall clock (a runaway cell, a host call on an object
+    that never returns); the session's own comes back after, so the cells that must finish
+    keep the room a busy machine needs."""
+    before = repl.config.timeout_ms
+    repl.set_limits(timeout_ms=timeout_ms)
+    try:
+        yield
+    finally:
+        repl.set_limits(timeout_ms=before)
+
+
+def stopped(repl: ReplSandbox, code: str, timeout_ms: int = RUNAWAY_MS) -> CodeExecution:
+    """`code`, meant to be stopped, run under a short wall clock."""
+    with wall_clock(repl, timeout_ms):
+        return repl.execute(code)
+
+
+@contextlib.contextmanager
+def interrupting(repl: ReplSandbox, every_seconds: float = 0.5) -> Iterator[None]:
+    """Cancel whatever `repl` runs, again and again, while the body runs: one cancel that came
+    before the cell had started (a busy machine) would be lost, and the cell run to its limit."""
+    done = threading.Event()
+
+    def cancel_until_done() -> None:
+        while not done.wait(every_seconds):
+            repl.cancel()
+
+    canceller = threading.Thread(target=cancel_until_done, daemon=True)
+    canceller.start()
+    try:
+        yield
+    finally:
+        done.set()
+        canceller.join()
 
 
 def plain(result: CodeExecution) -> str:
