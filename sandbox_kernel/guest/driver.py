@@ -153,6 +153,7 @@ def install(
     imports = sys.modules.get("sandbox_kernel_imports")
     if imports is not None:  # corrections to the image's packages (imports.py)
         imports.after_import("numpy", sys.modules["sandbox_kernel_numpy"].patch)
+        imports.after_import("tqdm.std", _without_monitor)
         for package, folder in (package_data or {}).items():
             imports.after_import(package, imports.extend_path(folder))
     for folder in (library, packages):
@@ -169,6 +170,12 @@ def install(
         magic = view[1:].hex()
     driver.request("hello", flag_magic=magic)
     return driver
+
+
+def _without_monitor(tqdm_std: Any) -> None:
+    """tqdm's monitor is a thread, which the sandbox cannot start: every bar warned
+    (TqdmMonitorWarning). Its bars update as the loop runs without it."""
+    tqdm_std.tqdm.monitor_interval = 0
 
 
 class _ClassMethods:
@@ -788,11 +795,15 @@ class Driver:
         self.keep()
         for stream in (sys.stdout, sys.stderr):  # so output streams while a cell runs
             try:
-                buffered = stream.line_buffering
-                stream.reconfigure(line_buffering=True)
+                buffered, through = stream.line_buffering, stream.write_through
+                stream.reconfigure(line_buffering=True, write_through=True)
             except Exception:  # a stream that is not a TextIOWrapper stays as it is
                 continue
-            self._undo.append(lambda s=stream, b=buffered: s.reconfigure(line_buffering=b))
+            self._undo.append(
+                lambda s=stream, b=buffered, t=through: s.reconfigure(
+                    line_buffering=b, write_through=t
+                )
+            )
 
     def uninstall(self) -> None:
         """Undo bind(): builtins, __main__, time.sleep, getpass, MPLBACKEND, stdout/stderr."""

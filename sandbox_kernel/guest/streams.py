@@ -52,7 +52,11 @@ def own_stream(name: str) -> Any:
     if not usable(stream):
         raw = io.FileIO(_FDS[name], "w", closefd=False)
         stream = io.TextIOWrapper(
-            raw, encoding="utf-8", errors="backslashreplace", line_buffering=True
+            raw,
+            encoding="utf-8",
+            errors="backslashreplace",
+            line_buffering=True,
+            write_through=True,
         )
         _STREAMS[name] = stream
     return stream

@@ -135,6 +135,7 @@ class KernelSettings(BaseModel):
             max_output_length=self.policy.stdout_max_bytes,
             warm_start_modules=self.warm_start_modules,
             ipython=True,  # notebooks written for ipykernel: magics, `obj?`, await, Out
+            stream_partial_lines=True,  # progress bars update while the cell runs
             packages=self.packages,
             notebook_dir=self.notebook_dir,
             **callbacks,  # type: ignore[arg-type]

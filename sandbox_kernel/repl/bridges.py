@@ -11,6 +11,7 @@ Must not import: wasmtime, anything Jupyter.
 
 from __future__ import annotations
 
+import codecs
 import concurrent.futures
 import contextvars
 import shutil
@@ -61,26 +62,34 @@ def stop_check() -> Callable[[], bool]:
 
 
 class LineSplitter:
-    """Turns output chunks into whole lines for a per-line callback.
+    """Turns output chunks into text for a callback: whole lines, or with `partial` whatever
+    has arrived (a progress bar's `\r` update, `print(..., end='')`), as ipykernel streams it.
+    UTF-8 is decoded incrementally, so a character split between chunks arrives whole.
 
     A callback that raises is detached (and its error kept in `error`): output is still
     captured, and nothing a callback does can make `execute()` itself fail.
     """
 
-    def __init__(self, callback: Callable[[str], None]) -> None:
+    def __init__(self, callback: Callable[[str], None], *, partial: bool = False) -> None:
         self._callback: Callable[[str], None] | None = callback
+        self._partial = partial
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._pending = ""
         self.error: Exception | None = None
 
     def feed(self, chunk: bytes) -> None:
-        text = self._pending + chunk.decode("utf-8", errors="replace")
-        *lines, self._pending = text.split("\n")
+        text = self._decoder.decode(chunk)
+        if self._partial:
+            if text:
+                self._deliver(text)
+            return
+        *lines, self._pending = (self._pending + text).split("\n")
         for line in lines:
             self._deliver(line + "\n")
 
     def flush(self) -> None:
-        if self._pending:
-            rest, self._pending = self._pending, ""
+        rest, self._pending = self._pending + self._decoder.decode(b"", final=True), ""
+        if rest:
             self._deliver(rest)
 
     def _deliver(self, text: str) -> None:

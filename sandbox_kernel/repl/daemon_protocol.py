@@ -81,6 +81,7 @@ DATA_FIELDS: Final = frozenset(
         "packages",
         "max_package_bytes",
         "package_index_url",
+        "stream_partial_lines",
         "notebook_dir",
     }
 )

@@ -87,6 +87,9 @@ class REPLConfig(BaseModel):
     llm_concurrency: PositiveInt = 8  # llm_query_batched's parallel calls
     on_stdout: LineCallback | None = None
     on_stderr: LineCallback | None = None
+    # False: on_stdout and on_stderr hear whole lines. True: whatever output has arrived (a
+    # progress bar's '\r' updates, print(..., end='')), as a frontend that batches it wants.
+    stream_partial_lines: bool = False
     on_llm_query: Callable[[str], str] | None = None
     on_rlm_query: Callable[[str, Any], str] | None = None
     on_input: Callable[[str, bool], str] | None = None  # (prompt, password) -> line

@@ -281,8 +281,9 @@ class ReplSandbox(ContextManagedSession):
         timeout = config.timeout_ms / 1000
         stdout_callback = on_stdout or config.on_stdout
         stderr_callback = on_stderr or config.on_stderr
-        out = LineSplitter(stdout_callback) if stdout_callback else None
-        err = LineSplitter(stderr_callback) if stderr_callback else None
+        partial = config.stream_partial_lines
+        out = LineSplitter(stdout_callback, partial=partial) if stdout_callback else None
+        err = LineSplitter(stderr_callback, partial=partial) if stderr_callback else None
         limits = TurnLimits(
             fuel=policy.fuel_budget,
             timeout_seconds=timeout,

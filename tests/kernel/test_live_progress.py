@@ -1,0 +1,76 @@
+"""Output that is not a whole line reaches the client while the cell runs, as on ipykernel: a
+progress bar's `\\r` updates, `print(..., end='')`, tqdm's bars (without its monitor thread,
+which the sandbox cannot start, and without the warning that said so). What the notebook keeps
+in the end, the text of the streams, is ipykernel's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from jupyter_client.manager import start_new_kernel
+
+from tests.kernel.conftest import (
+    STARTUP_TIMEOUT_SECONDS,
+    Execution,
+    RunningKernel,
+    kernel_env,
+)
+
+COUNTDOWN = (
+    "import time\n"
+    "for i in range(5):\n"
+    "    print(f'\\r{i}', end='')\n"
+    "    time.sleep(0.4)\n"
+    "print(' done')"
+)
+PARTS = "import time\nfor part in ('a', 'b', 'c'):\n    print(part, end='')\n    time.sleep(0.4)\n"
+TQDM = (
+    "import time\n"
+    "from tqdm.auto import tqdm\n"
+    "for i in tqdm(range(4), mininterval=0):\n"
+    "    time.sleep(0.4)\n"
+)
+
+
+@pytest.fixture(scope="module")
+def ipykernel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningKernel]:
+    root = tmp_path_factory.mktemp("ipykernel-progress")
+    km, kc = start_new_kernel(
+        kernel_name="sandbox-baseline",
+        startup_timeout=STARTUP_TIMEOUT_SECONDS,
+        cwd=str(root),
+        env=kernel_env(root),
+    )
+    running = RunningKernel(km, kc, root)
+    yield running
+    running.shutdown()
+
+
+def _spread(execution: Execution, name: str = "stdout") -> float:
+    """Seconds between the first and the last stream message of `name` (0 for one message)."""
+    times = [o.at for o in execution.of_type("stream") if o.content["name"] == name]
+    return max(times) - min(times) if times else 0.0
+
+
+@pytest.mark.parametrize("cell", [COUNTDOWN, PARTS], ids=["carriage-returns", "no-newline"])
+def test_partial_lines_arrive_while_the_cell_runs(
+    kernel: RunningKernel, ipykernel: RunningKernel, cell: str
+) -> None:
+    ours, theirs = kernel.run_ok(cell), ipykernel.run_ok(cell)
+    assert ours.stream() == theirs.stream()  # what the notebook keeps
+    # The cell sleeps 0.4 s between parts: its first part arrived well before its last, in a
+    # message of its own (at the end, all would arrive at once).
+    assert len(ours.of_type("stream")) >= 3, ours.describe()
+    assert _spread(ours) >= 0.7, ours.describe()
+
+
+def test_a_tqdm_bar_updates_while_the_cell_runs_without_a_warning(kernel: RunningKernel) -> None:
+    execution = kernel.run_ok(TQDM)
+    bars = execution.stream("stderr")
+    assert "TqdmMonitorWarning" not in bars and "can't start new thread" not in bars, bars
+    assert "4/4" in bars, bars
+    updates = [o for o in execution.of_type("stream") if o.content["name"] == "stderr"]
+    assert len(updates) >= 3, execution.describe()
+    assert _spread(execution, "stderr") >= 0.7, execution.describe()
