@@ -15,6 +15,8 @@ own, since libraries here were built for this platform's intp:
     array, asarray, asanyarray, arange, zeros, ones, empty, full, fromiter, random.randint
     sum, prod, cumsum, cumprod, nansum, nanprod (int32 accumulates in int64, as on Linux)
 
+Arrays print as they do there too: `array([7, 8, 9])` for int64, `dtype=int32` named.
+
 What stays 32-bit (README, "numpy's 32-bit integer"): ndarray methods (`a.astype(int)`,
 `a.sum()` of an int32 array), indices NumPy returns (argmax, nonzero, where, argsort,
 bincount: intp), and arrays numpy's C code makes for other libraries. pandas' integers are
@@ -44,7 +46,19 @@ def patch(np: Any) -> None:
     if np.dtype(np.int_).itemsize < 8:  # 32-bit (wasm32); a 64-bit numpy needs nothing
         _creators(np)
         _reductions(np)
+        _reprs(np)
     setattr(np, _PATCHED, True)
+
+
+def _reprs(np: Any) -> None:
+    """Arrays print as on 64-bit Linux: an int64 array's repr leaves its dtype out (numpy
+    leaves out the platform's default integer's), and an int32 array's names it."""
+    arrayprint = sys.modules.get("numpy._core.arrayprint") or sys.modules.get(
+        "numpy.core.arrayprint"
+    )
+    typeless = getattr(arrayprint, "_typelessdata", None)
+    if isinstance(typeless, list):
+        typeless[:] = [np.int64 if kind is np.int32 else kind for kind in typeless]
 
 
 def _wanted(dtype: Any) -> Any:

@@ -5,6 +5,8 @@ imported by a cell (the import hook) and from a warm image (patched before the i
 
 from __future__ import annotations
 
+import json
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -38,6 +40,12 @@ AS_ON_LINUX = {
     "str(np.zeros(3).dtype)": "'float64'",
     "str(np.full(2, 1.5).dtype)": "'float64'",
     "str(np.fromiter(range(3), dtype=int).dtype)": "'int64'",
+    # Reprs: the default integer's dtype left out, any other named.
+    "repr(np.array([7, 8, 9]))": "'array([7, 8, 9])'",
+    "repr(np.arange(3))": "'array([0, 1, 2])'",
+    "repr(np.array([1, 2], dtype=np.int32))": "'array([1, 2], dtype=int32)'",
+    "repr(np.array([], dtype=np.int64))": "'array([], dtype=int64)'",
+    "repr(np.array([[1, 2], [3, 4]]))": "'array([[1, 2],\\n       [3, 4]])'",
 }
 
 
@@ -78,3 +86,23 @@ def test_numpy_from_a_warm_image_is_patched_too(tmp_path: Path) -> None:
         with ReplSandbox(config) as repl:
             done = repl.execute("import numpy as np\nint(np.arange(100_000).sum())")
             assert done.result == {"text/plain": "4999950000"}, done
+
+
+def test_the_expected_values_are_those_of_numpy_on_linux() -> None:
+    """AS_ON_LINUX checked against the real thing: the same expressions in the ipykernel
+    baseline's CPython, with the guest's numpy version, on this 64-bit machine."""
+    baseline = Path(__file__).resolve().parents[2] / ".venv-baseline" / "bin" / "python"
+    assert baseline.exists(), "bin/setup --tests makes .venv-baseline (the ipykernel baseline)"
+    script = (
+        "import json, sys\nimport numpy as np\n"
+        "print(json.dumps([repr(eval(e)) for e in json.load(sys.stdin)]))"
+    )
+    done = subprocess.run(
+        [str(baseline), "-c", script],
+        input=json.dumps(list(AS_ON_LINUX)),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert dict(zip(AS_ON_LINUX, json.loads(done.stdout), strict=True)) == AS_ON_LINUX
