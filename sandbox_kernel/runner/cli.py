@@ -162,6 +162,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     from sandbox_kernel.llm.config import LLMSettings
     from sandbox_kernel.llm.errors import LLMConfigError
+    from sandbox_kernel.runner.errors import RunnerConfigError
     from sandbox_kernel.runner.server import TOKEN_ENV, ServeSettings, create_app
 
     token = args.token or os.environ.get(TOKEN_ENV) or ServeSettings.new_token()
@@ -180,6 +181,14 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"sandbox-kernel serve: {problems}", file=sys.stderr)
         return 2
     runner = _settings(args)
+    if runner.datasets.expanduser().exists():
+        try:  # a broken registry is the operator's to fix now: one line, no traceback
+            runner.registry()
+        except RunnerConfigError as exc:
+            print(f"sandbox-kernel serve: {runner.datasets}: {exc}", file=sys.stderr)
+            return 2
+    else:  # no registry yet: the server starts, and it and its page say how to register one
+        print(f"sandbox-kernel serve: {runner.no_registry()}", file=sys.stderr)
     try:
         provider = LLMSettings.load().provider_object()
     except LLMConfigError as exc:

@@ -230,6 +230,8 @@ class _App:
         return Response(_page_file(name), media_type=_PAGE_FILES[name])
 
     async def datasets(self, request: Request) -> Response:
+        if not self.runner.datasets.expanduser().exists():
+            return JSONResponse({"datasets": [], "problem": self.runner.no_registry()})
         try:
             described = await anyio.to_thread.run_sync(self._describe)
         except RunnerConfigError as exc:
@@ -470,7 +472,7 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
-        if warm:  # the first chat should not pay for the warm image
+        if warm and runner.datasets.expanduser().exists():  # the first chat pays for no image
             await anyio.to_thread.run_sync(warm_up, runner)
         try:
             yield

@@ -120,6 +120,13 @@ class RunnerSettings(BaseModel):
             )
             raise RunnerConfigError(f"invalid runner settings: {problems}") from None
 
+    def no_registry(self) -> str:
+        """What a server says while no dataset registry exists at `datasets`."""
+        return (
+            f"no dataset registry at {self.datasets}: register datasets in a TOML file and "
+            "name it with --datasets PATH or SANDBOX_KERNEL_DATASETS (docs/runner.md)"
+        )
+
     def registry(self) -> DatasetRegistry:
         """The dataset registry, read now (edits to the file apply to the next run)."""
         return DatasetRegistry.load(self.datasets)

@@ -8,7 +8,10 @@ dataset, planned by the model from a question.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -205,3 +208,39 @@ def test_a_failure_inside_a_turn_still_ends_the_stream(settings: RunnerSettings)
         server.should_exit = True
         thread.join(timeout=30)
         listener.close()
+
+
+# -- a clear start (issue 36) ------------------------------------------------------------------
+
+
+def test_a_server_without_a_registry_starts_and_says_how_to_register_one(
+    servers: Serving, tmp_path: Path
+) -> None:
+    missing = tmp_path / "nowhere" / "datasets.toml"
+    bare = servers.start("--datasets", str(missing), name="bare")
+    with bare.client() as client:
+        answer = client.get("/datasets")
+    assert answer.status_code == 200
+    assert answer.json()["datasets"] == []
+    assert "--datasets PATH or SANDBOX_KERNEL_DATASETS" in answer.json()["problem"]
+    said = bare.log.read_text()
+    assert f"no dataset registry at {missing}" in said and "Traceback" not in said
+
+
+@pytest.mark.parametrize(
+    "registry",
+    ["[datasets.x\npath = ", '[datasets.x]\npath = "no/such/folder"\n', "[other]\n"],
+    ids=["not-toml", "missing-folder", "unknown-key"],
+)
+def test_a_broken_registry_is_one_line_and_exit_status_2(tmp_path: Path, registry: str) -> None:
+    path = tmp_path / "datasets.toml"
+    path.write_text(registry)
+    command = [str(Path(sys.executable).parent / "sandbox-kernel"), "serve", "--port", "0"]
+    done = subprocess.run(
+        [*command, "--datasets", str(path), "--token", TOKEN],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"sandbox-kernel serve: {path}: "), lines
+    assert done.stdout == ""  # no link printed: nothing was served

@@ -20,7 +20,8 @@ function cell(value) {
 async function loadDatasets() {
   const answer = await fetch("/datasets", { credentials: "same-origin" });
   if (!answer.ok) return showError(`could not list the datasets (HTTP ${answer.status})`);
-  const { datasets } = await answer.json();
+  const { datasets, problem } = await answer.json();
+  if (problem) showError(problem);
   const select = $("dataset");
   for (const dataset of datasets) {
     const tables = dataset.tables.map((t) => t.name).join(", ");
