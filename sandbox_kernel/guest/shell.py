@@ -488,11 +488,17 @@ def _shell_class(driver: Any) -> Any:
                 raise UsageError(f"the sandbox has no windows: only `inline` plots, not {gui!r}")
 
         def system_piped(self, cmd: str) -> None:
+            """`!cmd`: %pip for pip, the sandbox's own commands (commands.py) for the rest; the
+            output as the shell would print it, the status in `_exit_code`, as ipykernel."""
             pip = _PIP_COMMAND.match(cmd)
             if pip:  # `!pip install x` is %pip's, as in ipykernel's environment
                 _pip(driver, pip.group(1) or "")
                 return
-            raise NoProcessesError(NO_PROCESSES.format(what=f"`!{cmd}`"))
+            line = self.var_expand(cmd, depth=1)
+            out, err, status = sys.modules["sandbox_kernel_commands"].run(line)
+            sys.stdout.write(out)
+            sys.stderr.write(err)
+            self.user_ns["_exit_code"] = status
 
         system_raw = system = system_piped
 
@@ -502,7 +508,15 @@ def _shell_class(driver: Any) -> Any:
             self.payload_manager.write_payload(payload)
 
         def getoutput(self, cmd: str, split: bool = True, depth: int = 0) -> Any:
-            raise NoProcessesError(NO_PROCESSES.format(what=f"`!!{cmd}`"))
+            """`x = !cmd` and `!!cmd`: the output (stderr with it, as IPython's) as an SList."""
+            from IPython.utils.text import SList
+
+            out, err, status = sys.modules["sandbox_kernel_commands"].run(
+                self.var_expand(cmd, depth=depth + 1)
+            )
+            self.user_ns["_exit_code"] = status
+            text = out + err
+            return SList(text.splitlines()) if split else text
 
     return SandboxShell
 

@@ -75,8 +75,13 @@ GUEST_MODULES = (
 )
 
 
-# With IPython (REPLConfig.ipython): the shell and %pip (they import IPython only when started).
-SHELL_MODULES = (("sandbox_kernel_shell", "shell.py"), ("sandbox_kernel_packages", "packages.py"))
+# With IPython (REPLConfig.ipython): the shell, `!cmd` and %pip (IPython is imported when the
+# shell starts).
+SHELL_MODULES = (
+    ("sandbox_kernel_commands", "commands.py"),  # `!cmd`
+    ("sandbox_kernel_shell", "shell.py"),
+    ("sandbox_kernel_packages", "packages.py"),
+)
 PACKAGES_FOLDER = ".packages"  # %pip's, in the workspace
 NOTEBOOK_PATH = "/notebook"  # REPLConfig.notebook_dir, read-only, the working folder
 

@@ -1,0 +1,493 @@
+"""`!cmd` in the sandbox: the file and text commands notebooks use, in Python, over the guest's
+own files (there are no processes to start).
+
+Runs INSIDE the sandbox (module sandbox_kernel_commands, loaded with the shell). `run(line)`
+runs a line as a POSIX shell would run these commands: words split and quoted as by `sh`,
+wildcards expanded, pipelines (`|`), `;` and `&&` between commands, output redirected with
+`>` and `>>`. It answers (stdout, stderr, exit status): the shell prints them, and `x = !cmd`
+keeps stdout's lines. A command it does not have says so on stderr with status 127, as `sh`
+does, and the cell goes on.
+
+    cat head tail wc ls pwd echo mkdir rm cp mv touch grep sort uniq cut
+
+Must import only the standard library; never imports sandbox_kernel.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+import shlex
+import shutil
+import stat
+import time
+from collections.abc import Callable
+
+__all__ = ["COMMANDS", "run"]
+
+Result = tuple[str, str, int]  # stdout, stderr, exit status
+
+
+class _Usage(Exception):
+    """A command's complaint (bad option, missing file): stderr, status 1 (2 for usage)."""
+
+    def __init__(self, message: str, status: int = 1) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class _NoMatch(Exception):
+    """grep found nothing: status 1, nothing said."""
+
+
+def run(line: str) -> Result:
+    """Run `line`; its stdout, stderr and the last command's exit status."""
+    try:
+        words = shlex.split(line, comments=True, posix=True)
+    except ValueError as exc:
+        return "", f"sh: {exc}\n", 2
+    out, err, status = [], [], 0
+    for chain, joiner in _sequences(words):
+        if joiner == "&&" and status != 0:
+            continue
+        o, e, status = _pipeline(chain)
+        out.append(o)
+        err.append(e)
+    return "".join(out), "".join(err), status
+
+
+def _sequences(words: list[str]) -> list[tuple[list[str], str]]:
+    """The line cut at `;` and `&&`: (words, what joined them to the one before)."""
+    found, current, joiner = [], [], ";"
+    for word in words:
+        if word in (";", "&&"):
+            found.append((current, joiner))
+            current, joiner = [], word
+        else:
+            current.append(word)
+    found.append((current, joiner))
+    return [(chain, j) for chain, j in found if chain]
+
+
+def _pipeline(words: list[str]) -> Result:
+    stages: list[list[str]] = [[]]
+    for word in words:
+        if word == "|":
+            stages.append([])
+        else:
+            stages[-1].append(word)
+    text: str | None = None
+    errors: list[str] = []
+    status = 0
+    for stage in stages:
+        stage, target, append = _redirection(stage)
+        if not stage:
+            return "", "sh: syntax error near '|'\n", 2
+        text, err, status = _command(stage, text)
+        errors.append(err)
+        if target is not None:
+            with open(target, "a" if append else "w", encoding="utf-8") as file:
+                file.write(text)
+            text = ""
+    return text or "", "".join(errors), status
+
+
+def _redirection(words: list[str]) -> tuple[list[str], str | None, bool]:
+    for mark in (">>", ">"):
+        if mark in words[:-1]:
+            at = words.index(mark)
+            return words[:at] + words[at + 2 :], words[at + 1], mark == ">>"
+    return words, None, False
+
+
+def _command(words: list[str], stdin: str | None) -> Result:
+    name, args = words[0], _expand(words[1:])
+    command = COMMANDS.get(name)
+    if command is None:
+        have = " ".join(sorted(COMMANDS))
+        return (
+            "",
+            (
+                f"sh: {name}: not found (the sandbox runs no programs; its own commands: {have}; "
+                "or use Python)\n"
+            ),
+            127,
+        )
+    try:
+        return command(args, stdin), "", 0
+    except _NoMatch:
+        return "", "", 1
+    except _Usage as exc:
+        return "", f"{name}: {exc}\n", exc.status
+    except OSError as exc:
+        where = f": {exc.filename}" if exc.filename else ""
+        return "", f"{name}{where}: {exc.strerror or exc}\n", 1
+
+
+def _expand(args: list[str]) -> list[str]:
+    """Wildcards expanded as `sh` does (a pattern that matches nothing stays as it is)."""
+    expanded = []
+    for arg in args:
+        matches = sorted(glob.glob(arg)) if glob.has_magic(arg) else []
+        expanded.extend(matches or [arg])
+    return expanded
+
+
+def _options(args: list[str], flags: str, valued: str = "") -> tuple[dict[str, str], list[str]]:
+    """Short options (`-n 5`, `-n5`, `-rn`) and the operands; `--` ends the options."""
+    found: dict[str, str] = {}
+    operands: list[str] = []
+    words = list(args)
+    while words:
+        word = words.pop(0)
+        if word == "--":
+            operands.extend(words)
+            break
+        if not word.startswith("-") or word == "-" or len(word) == 1:
+            operands.append(word)
+            continue
+        letters = word[1:]
+        while letters:
+            letter, letters = letters[0], letters[1:]
+            if letter in valued:
+                value = letters or (words.pop(0) if words else None)
+                if value is None:
+                    raise _Usage(f"option requires an argument -- '{letter}'", 2)
+                found[letter] = value
+                break
+            if letter not in flags:
+                raise _Usage(f"invalid option -- '{letter}'", 2)
+            found[letter] = ""
+    return found, operands
+
+
+def _read(name: str) -> str:
+    if os.path.isdir(name):
+        raise IsADirectoryError(21, "Is a directory", name)
+    with open(name, encoding="utf-8", errors="replace", newline="") as file:
+        return file.read()
+
+
+def _inputs(operands: list[str], stdin: str | None) -> list[tuple[str, str]]:
+    """(name, text) of each file operand, or of stdin (`-`, or no operand)."""
+    if not operands:
+        return [("-", stdin or "")]
+    return [(name, stdin or "") if name == "-" else (name, _read(name)) for name in operands]
+
+
+def _lines(text: str) -> list[str]:
+    return text.splitlines(keepends=True)
+
+
+def _count(value: str, what: str) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        raise _Usage(f"invalid number of {what}: '{value}'") from None
+
+
+def _numeric_first(args: list[str]) -> list[str]:
+    """`head -5` is `head -n 5`."""
+    return [f"-n{a[1:]}" if re.fullmatch(r"-\d+", a) else a for a in args]
+
+
+# -- the commands ----------------------------------------------------------------------------
+
+
+def _cat(args: list[str], stdin: str | None) -> str:
+    options, operands = _options(args, "n")
+    text = "".join(t for _, t in _inputs(operands, stdin))
+    if "n" in options:
+        text = "".join(f"{i:6d}\t{line}" for i, line in enumerate(_lines(text), 1))
+    return text
+
+
+def _head(args: list[str], stdin: str | None) -> str:
+    return _ends(args, stdin, first=True)
+
+
+def _tail(args: list[str], stdin: str | None) -> str:
+    return _ends(args, stdin, first=False)
+
+
+def _ends(args: list[str], stdin: str | None, first: bool) -> str:
+    options, operands = _options(_numeric_first(args), "qv", "n")
+    n = _count(options.get("n", "10").lstrip("+"), "lines")
+    inputs = _inputs(operands, stdin)
+    out = []
+    for index, (name, text) in enumerate(inputs):
+        if len(inputs) > 1:
+            out.append(("\n" if index else "") + f"==> {name} <==\n")
+        lines = _lines(text)
+        out.extend(lines[:n] if first else lines[len(lines) - n :] if n else [])
+    return "".join(out)
+
+
+def _wc(args: list[str], stdin: str | None) -> str:
+    options, operands = _options(args, "lwcm")
+    wanted = [k for k in "lwc" if k in options or (k == "c" and "m" in options)] or ["l", "w", "c"]
+    rows = []
+    for name, text in _inputs(operands, stdin):
+        counts = {"l": text.count("\n"), "w": len(text.split()), "c": len(text.encode())}
+        rows.append(([counts[k] for k in wanted], "" if name == "-" else name))
+    if len(rows) > 1:
+        rows.append(([sum(r[0][i] for r in rows) for i in range(len(wanted))], "total"))
+    width = max(len(str(v)) for values, _ in rows for v in values)
+    if len(wanted) == 1 and len(rows) == 1:
+        width = 1
+    elif any(name == "" for _, name in rows):  # stdin's size is unknown: GNU wc's width 7
+        width = max(width, 7)
+    return "".join(
+        " ".join(f"{v:>{width}}" for v in values) + (f" {name}" if name else "") + "\n"
+        for values, name in rows
+    )
+
+
+def _ls(args: list[str], stdin: str | None) -> str:
+    options, operands = _options(args, "al1hRtr")
+    files, folders = [], []
+    for name in operands or ["."]:
+        if not os.path.lexists(name):
+            raise _Usage(f"cannot access '{name}': No such file or directory", 2)
+        (folders if os.path.isdir(name) and not os.path.islink(name) else files).append(name)
+    out = [_listing(sorted(files), ".", options, whole=True)] if files else []
+    for name in sorted(folders):
+        entries = sorted(os.listdir(name))
+        if "a" not in options:
+            entries = [e for e in entries if not e.startswith(".")]
+        else:
+            entries = sorted([".", "..", *entries])
+        heading = f"{name}:\n" if len(operands) > 1 or files else ""
+        out.append(heading + _listing(entries, name, options))
+    return "\n".join(out)
+
+
+def _listing(names: list[str], folder: str, options: dict[str, str], whole: bool = False) -> str:
+    if "t" in options:
+        names.sort(key=lambda n: os.lstat(os.path.join(folder, n)).st_mtime, reverse=True)
+    if "r" in options:
+        names.reverse()
+    if "l" not in options:
+        return "".join(f"{n}\n" for n in names)
+    rows = []
+    for name in names:
+        info = os.lstat(name if whole else os.path.join(folder, name))
+        stamp = time.strftime("%b %e %H:%M", time.localtime(info.st_mtime))
+        rows.append((stat.filemode(info.st_mode), info.st_nlink, info.st_size, stamp, name))
+    size_width = max((len(str(r[2])) for r in rows), default=1)
+    total = sum((os.lstat(os.path.join(folder, n)).st_blocks or 0) // 2 for n in names)
+    body = "".join(
+        f"{mode} {links} user user {size:>{size_width}} {stamp} {name}\n"
+        for mode, links, size, stamp, name in rows
+    )
+    return body if whole else f"total {total}\n{body}"
+
+
+def _pwd(args: list[str], stdin: str | None) -> str:
+    return os.getcwd() + "\n"
+
+
+def _echo(args: list[str], stdin: str | None) -> str:
+    newline = "\n"
+    if args[:1] == ["-n"]:
+        args, newline = args[1:], ""
+    return " ".join(args) + newline
+
+
+def _mkdir(args: list[str], stdin: str | None) -> str:
+    options, operands = _options(args, "pv")
+    if not operands:
+        raise _Usage("missing operand", 1)
+    for name in operands:
+        if "p" in options:
+            os.makedirs(name, exist_ok=True)
+        else:
+            os.mkdir(name)
+    return ""
+
+
+def _rm(args: list[str], stdin: str | None) -> str:
+    options, operands = _options(args, "rRfv")
+    for name in operands:
+        if not os.path.lexists(name):
+            if "f" not in options:
+                raise _Usage(f"cannot remove '{name}': No such file or directory")
+            continue
+        if os.path.isdir(name) and not os.path.islink(name):
+            if not ("r" in options or "R" in options):
+                raise _Usage(f"cannot remove '{name}': Is a directory")
+            shutil.rmtree(name)
+        else:
+            os.remove(name)
+    return ""
+
+
+def _cp(args: list[str], stdin: str | None) -> str:
+    options, operands = _options(args, "rRfv")
+    *sources, target = operands if len(operands) >= 2 else (None, None)
+    if target is None:
+        raise _Usage("missing file operand")
+    for source in sources:
+        destination = target
+        if os.path.isdir(target):
+            destination = os.path.join(target, os.path.basename(source))
+        if os.path.isdir(source):
+            if not ("r" in options or "R" in options):
+                raise _Usage(f"-r not specified; omitting directory '{source}'")
+            shutil.copytree(source, destination, symlinks=True)
+        else:
+            shutil.copy2(source, destination, follow_symlinks=False)
+    return ""
+
+
+def _mv(args: list[str], stdin: str | None) -> str:
+    _, operands = _options(args, "fv")
+    if len(operands) < 2:
+        raise _Usage("missing file operand")
+    *sources, target = operands
+    for source in sources:
+        shutil.move(source, target)
+    return ""
+
+
+def _touch(args: list[str], stdin: str | None) -> str:
+    _, operands = _options(args, "c")
+    for name in operands:
+        with open(name, "a"):
+            os.utime(name)
+    return ""
+
+
+def _grep(args: list[str], stdin: str | None) -> str:
+    options, operands = _options(args, "ivncilwxEFH", "e")
+    pattern = options.get("e") or (operands.pop(0) if operands else None)
+    if pattern is None:
+        raise _Usage("no pattern (usage: grep [OPTION]... PATTERN [FILE]...)", 2)
+    if "F" in options:
+        pattern = re.escape(pattern)
+    if "w" in options:
+        pattern = rf"\b(?:{pattern})\b"
+    if "x" in options:
+        pattern = rf"(?:{pattern})"
+    matcher = re.compile(pattern, re.IGNORECASE if "i" in options else 0)
+    inputs = _inputs(operands, stdin)
+    out = []
+    for name, text in inputs:
+        prefix = f"{name}:" if len(inputs) > 1 or "H" in options else ""
+        found = 0
+        for number, line in enumerate(_lines(text), 1):
+            body = line.rstrip("\n")
+            hit = matcher.fullmatch(body) if "x" in options else matcher.search(body)
+            if bool(hit) == ("v" in options):
+                continue
+            found += 1
+            if "c" not in options and "l" not in options:
+                number_part = f"{number}:" if "n" in options else ""
+                out.append(f"{prefix}{number_part}{body}\n")
+        if "c" in options:
+            out.append(f"{prefix}{found}\n")
+        elif "l" in options and found:
+            out.append(f"{name}\n")
+    if not out and "c" not in options:
+        raise _NoMatch
+    return "".join(out)
+
+
+def _sort(args: list[str], stdin: str | None) -> str:
+    options, operands = _options(args, "rnuf", "tk")
+    lines = [line.rstrip("\n") for _, t in _inputs(operands, stdin) for line in _lines(t)]
+
+    def key(line: str) -> object:
+        field = line
+        if "k" in options:
+            parts = line.split(options.get("t")) if "t" in options else line.split()
+            index = _count(options["k"].split(",")[0].split(".")[0], "fields") - 1
+            field = parts[index] if 0 <= index < len(parts) else ""
+        if "n" in options:
+            number = re.match(r"\s*-?\d+(?:\.\d+)?", field)
+            return (float(number.group()) if number else 0.0, line)
+        return field.lower() if "f" in options else field
+
+    ordered = sorted(lines, key=key, reverse="r" in options)
+    if "u" in options:
+        ordered = list(dict.fromkeys(ordered))
+    return "".join(f"{line}\n" for line in ordered)
+
+
+def _uniq(args: list[str], stdin: str | None) -> str:
+    options, operands = _options(args, "cdu")
+    lines = [line.rstrip("\n") for _, t in _inputs(operands[:1], stdin) for line in _lines(t)]
+    runs: list[list[object]] = []
+    for line in lines:
+        if runs and runs[-1][0] == line:
+            runs[-1][1] = int(str(runs[-1][1])) + 1
+        else:
+            runs.append([line, 1])
+    out = []
+    for line, count in runs:
+        if ("d" in options and count == 1) or ("u" in options and count != 1):
+            continue
+        out.append(f"{count:>7} {line}\n" if "c" in options else f"{line}\n")
+    return "".join(out)
+
+
+def _cut(args: list[str], stdin: str | None) -> str:
+    options, operands = _options(args, "s", "dfc")
+    if "f" not in options and "c" not in options:
+        raise _Usage("you must specify a list of bytes, characters, or fields", 1)
+    spans = _spans(options.get("f") or options["c"])
+    delimiter = options.get("d", "\t")
+    out = []
+    for _, text in _inputs(operands, stdin):
+        for line in _lines(text):
+            body = line.rstrip("\n")
+            if "c" in options:
+                out.append("".join(body[a:b] for a, b in _picked(spans, len(body))) + "\n")
+                continue
+            if delimiter not in body:
+                if "s" not in options:
+                    out.append(body + "\n")
+                continue
+            fields = body.split(delimiter)
+            picked = [f for a, b in _picked(spans, len(fields)) for f in fields[a:b]]
+            out.append(delimiter.join(picked) + "\n")
+    return "".join(out)
+
+
+def _spans(text: str) -> list[tuple[int, int | None]]:
+    spans: list[tuple[int, int | None]] = []
+    for part in text.split(","):
+        first, dash, last = part.partition("-")
+        try:
+            start = int(first) if first else 1
+            end = (int(last) if last else None) if dash else start
+        except ValueError:
+            raise _Usage(f"invalid field value '{part}'") from None
+        spans.append((start - 1, end))
+    return spans
+
+
+def _picked(spans: list[tuple[int, int | None]], length: int) -> list[tuple[int, int]]:
+    chosen = sorted({i for a, b in spans for i in range(a, min(b or length, length))})
+    return [(i, i + 1) for i in chosen]
+
+
+COMMANDS: dict[str, Callable[[list[str], str | None], str]] = {
+    "cat": _cat,
+    "head": _head,
+    "tail": _tail,
+    "wc": _wc,
+    "ls": _ls,
+    "pwd": _pwd,
+    "echo": _echo,
+    "mkdir": _mkdir,
+    "rm": _rm,
+    "cp": _cp,
+    "mv": _mv,
+    "touch": _touch,
+    "grep": _grep,
+    "sort": _sort,
+    "uniq": _uniq,
+    "cut": _cut,
+}

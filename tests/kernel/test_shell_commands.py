@@ -1,0 +1,113 @@
+"""`!cmd` lines as notebooks write them (`!cat data/ex1.csv`, `!head`, `!ls`, `!wc`, pipes,
+`x = !ls`, `!!cmd`), compared with ipykernel running the real commands on the same files:
+the sandbox's own commands (guest/commands.py) print what coreutils print. A command the
+sandbox does not have says so on stderr, `_exit_code` is 127 as in `sh`, and the rest of the
+cell runs, as on ipykernel.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from jupyter_client.manager import start_new_kernel
+
+from tests.kernel.conftest import STARTUP_TIMEOUT_SECONDS, RunningKernel, kernel_env
+
+FILES = (
+    "import os\n"
+    "os.makedirs('data/sub', exist_ok=True)\n"
+    "open('data/ex1.csv', 'w').write('a,b,c,d,message\\n1,2,3,4,hello\\n5,6,7,8,world\\n"
+    "9,10,11,12,foo\\n')\n"
+    "open('data/two.txt', 'w').write('x\\ny\\n')\n"
+    "open('data/dups.txt', 'w').write('a\\na\\nb\\nc\\nc\\nc\\na\\n')\n"
+    "open('data/sub/f.txt', 'w').write('')\n"
+)
+COMPARED = [
+    "!cat data/ex1.csv",
+    "!cat -n data/two.txt",
+    "!head -n 2 data/ex1.csv",
+    "!head -2 data/ex1.csv data/two.txt",
+    "!tail -n 1 data/ex1.csv",
+    "!tail -3 data/dups.txt",
+    "!wc data/ex1.csv",
+    "!wc -l data/ex1.csv data/two.txt",
+    "!cat data/ex1.csv | wc",
+    "!cat data/ex1.csv | wc -l",
+    "!ls data",
+    "!ls data/sub data",
+    "!ls data/*.csv",
+    "!echo hello   world",
+    "!grep -n o data/ex1.csv",
+    "!grep -c o data/ex1.csv",
+    "!grep -i HELLO data/ex1.csv",
+    "!grep -v o data/ex1.csv",
+    "!sort -t, -k2 -n data/ex1.csv",
+    "!sort -r data/two.txt",
+    "!cut -d, -f1,5 data/ex1.csv",
+    "!cut -c1-3 data/ex1.csv",
+    "!uniq -c data/dups.txt",
+    "!sort data/dups.txt | uniq",
+    "!mkdir -p data/made/deeper && ls data",
+    "!cp data/two.txt data/copy.txt && cat data/copy.txt",
+    "!mv data/copy.txt data/moved.txt; ls data",
+    "!rm data/moved.txt; touch data/new.txt; ls data",
+    "!rm -r data/made; ls data",
+    "name = 'data/ex1.csv'\n!head -n 1 {name}",
+    "found = !ls data\nprint(found)",
+    "!!cat data/two.txt",
+    "!grep nothing-matches data/ex1.csv\nprint(_exit_code)",
+]
+
+
+@pytest.fixture(scope="module")
+def ipykernel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningKernel]:
+    root = tmp_path_factory.mktemp("ipykernel-shell")
+    km, kc = start_new_kernel(
+        kernel_name="sandbox-baseline",
+        startup_timeout=STARTUP_TIMEOUT_SECONDS,
+        cwd=str(root),
+        env=kernel_env(root),
+    )
+    running = RunningKernel(km, kc, root)
+    yield running
+    running.shutdown()
+
+
+@pytest.fixture(scope="module")
+def both(kernel: RunningKernel, ipykernel: RunningKernel) -> tuple[RunningKernel, RunningKernel]:
+    for each in (kernel, ipykernel):
+        each.run_ok(FILES)
+    return kernel, ipykernel
+
+
+def _shown(kernel: RunningKernel, code: str) -> tuple[str, str, str]:
+    execution = kernel.run_ok(code)
+    result = execution.result() if execution.of_type("execute_result") else ""
+    return execution.stream(), execution.stream("stderr"), result
+
+
+def test_shell_lines_print_what_coreutils_print(
+    both: tuple[RunningKernel, RunningKernel],
+) -> None:
+    ours, theirs = both
+    differences = []
+    for code in COMPARED:
+        mine, real = _shown(ours, code), _shown(theirs, code)
+        if mine != real:
+            differences.append(f"{code!r}:\n  sandbox:   {mine!r}\n  ipykernel: {real!r}")
+    assert not differences, "\n".join(differences)
+
+
+def test_an_unknown_command_says_so_and_the_cell_goes_on(kernel: RunningKernel) -> None:
+    execution = kernel.run_ok("!convert in.png out.jpg\nprint('after', _exit_code)")
+    assert execution.stream() == "after 127\n"
+    assert "convert: not found" in execution.stream("stderr")
+    assert "the sandbox runs no programs" in execution.stream("stderr")
+
+
+def test_shell_lines_stay_inside_the_workspace(kernel: RunningKernel) -> None:
+    """The commands are Python in the guest: the host's files are as far as `open` goes."""
+    execution = kernel.run_ok("!cat /etc/passwd\n!ls /\nprint(_exit_code)")
+    assert "root:" not in execution.stream()
+    assert "No such file" in execution.stream("stderr") or "denied" in execution.stream("stderr")
