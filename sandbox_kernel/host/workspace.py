@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import shutil
 import stat
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,26 +53,13 @@ def snapshot(
     """Every non-directory under `root`, by relative path, links not followed; at most `limit`
     (default MAX_ENTRIES) items looked at, folders included (20,000 empty folders cost a walk
     too)."""
-    limit = MAX_ENTRIES if limit is None else limit
     entries: dict[str, Entry] = {}
-    pending = [root]
-    seen = 0
-    while pending:
-        folder = pending.pop()
-        try:
-            with os.scandir(folder) as listing:
-                for item in listing:
-                    seen += 1
-                    if seen > limit:
-                        return Snapshot(entries, complete=False)
-                    st = item.stat(follow_symlinks=False)
-                    rel = Path(item.path).relative_to(root).as_posix()
-                    if stat.S_ISDIR(st.st_mode):
-                        pending.append(Path(item.path))
-                    elif rel not in exclude:
-                        entries[rel] = Entry(st.st_size, st.st_mtime_ns, st.st_ino, _kind(st))
-        except (FileNotFoundError, NotADirectoryError, PermissionError):
-            continue
+    for path, st in _walk([root], MAX_ENTRIES if limit is None else limit):
+        if path is None:
+            return Snapshot(entries, complete=False)
+        rel = path.relative_to(root).as_posix()
+        if not stat.S_ISDIR(st.st_mode) and rel not in exclude:
+            entries[rel] = Entry(st.st_size, st.st_mtime_ns, st.st_ino, _kind(st))
     return Snapshot(entries, complete=True)
 
 
@@ -79,23 +67,34 @@ def disk_usage(roots: list[Path], entry_cost: int, limit: int = MAX_ENTRIES) -> 
     """What the folders under `roots` hold as the workspace quota counts it: each file's size,
     `entry_cost` for each folder, link or other entry; links never followed. None when more
     than `limit` entries would have to be looked at."""
-    total, seen = 0, 0
-    pending = list(roots)
+    total = 0
+    for path, st in _walk(roots, limit):
+        if path is None:
+            return None
+        total += st.st_size if stat.S_ISREG(st.st_mode) else entry_cost
+    return total
+
+
+def _walk(roots: list[Path], limit: int) -> Iterator[tuple[Path | None, os.stat_result]]:
+    """Every entry under `roots` with what lstat says of it, links never followed nor
+    entered; past `limit` entries, one last (None, ...) and the walk ends. A folder that
+    vanishes or cannot be read while walking is passed over."""
+    pending, seen = list(roots), 0
     while pending:
         folder = pending.pop()
         try:
             with os.scandir(folder) as listing:
                 for item in listing:
                     seen += 1
-                    if seen > limit:
-                        return None
                     st = item.stat(follow_symlinks=False)
+                    if seen > limit:
+                        yield None, st
+                        return
                     if stat.S_ISDIR(st.st_mode):
                         pending.append(Path(item.path))
-                    total += st.st_size if stat.S_ISREG(st.st_mode) else entry_cost
+                    yield Path(item.path), st
         except (FileNotFoundError, NotADirectoryError, PermissionError):
             continue
-    return total
 
 
 def _kind(st: os.stat_result) -> str:

@@ -279,6 +279,21 @@ def start_kernel(
     return RunningKernel(km, kc, root)
 
 
+BASELINE_KERNEL = "sandbox-baseline"  # ipykernel with the guest's package versions (bin/setup)
+
+
+def start_ipykernel(root: Path, kernel_name: str = BASELINE_KERNEL) -> RunningKernel:
+    """ipykernel itself, working in `root` (created), as the baseline a test compares with."""
+    root.mkdir(parents=True, exist_ok=True)
+    km, kc = start_new_kernel(
+        kernel_name=kernel_name,
+        startup_timeout=STARTUP_TIMEOUT_SECONDS,
+        cwd=str(root),
+        env=kernel_env(root),
+    )
+    return RunningKernel(km, kc, root)
+
+
 def process_is_gone(pid: int) -> bool:
     """True when no process, not even an unreaped zombie, has this pid."""
     return not Path(f"/proc/{pid}").exists()

@@ -16,15 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from jupyter_client.manager import start_new_kernel
 
-from tests.kernel.conftest import (
-    CELL_TIMEOUT_SECONDS,
-    STARTUP_TIMEOUT_SECONDS,
-    Execution,
-    RunningKernel,
-    kernel_env,
-)
+from tests.kernel.conftest import CELL_TIMEOUT_SECONDS, Execution, RunningKernel, start_ipykernel
 
 NO_PROCESSES = "the sandbox runs no processes"
 
@@ -100,14 +93,7 @@ def _summary(execution: Execution, text: bool) -> tuple[object, ...]:
 @pytest.fixture(scope="module")
 def ipykernel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningKernel]:
     """ipykernel itself, in a folder of its own, as the baseline."""
-    root = tmp_path_factory.mktemp("ipykernel")
-    km, kc = start_new_kernel(
-        kernel_name="python3",
-        startup_timeout=STARTUP_TIMEOUT_SECONDS,
-        cwd=str(root),
-        env=kernel_env(root),
-    )
-    running = RunningKernel(km, kc, root)
+    running = start_ipykernel(tmp_path_factory.mktemp("ipykernel"), kernel_name="python3")
     yield running
     running.shutdown()
 

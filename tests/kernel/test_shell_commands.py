@@ -10,9 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from jupyter_client.manager import start_new_kernel
 
-from tests.kernel.conftest import STARTUP_TIMEOUT_SECONDS, RunningKernel, kernel_env
+from tests.kernel.conftest import RunningKernel, start_ipykernel
 
 FILES = (
     "import os\n"
@@ -62,14 +61,7 @@ COMPARED = [
 
 @pytest.fixture(scope="module")
 def ipykernel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningKernel]:
-    root = tmp_path_factory.mktemp("ipykernel-shell")
-    km, kc = start_new_kernel(
-        kernel_name="sandbox-baseline",
-        startup_timeout=STARTUP_TIMEOUT_SECONDS,
-        cwd=str(root),
-        env=kernel_env(root),
-    )
-    running = RunningKernel(km, kc, root)
+    running = start_ipykernel(tmp_path_factory.mktemp("ipykernel-shell"))
     yield running
     running.shutdown()
 
