@@ -27,6 +27,7 @@ from collections.abc import Callable
 __all__ = ["COMMANDS", "run"]
 
 Result = tuple[str, str, int]  # stdout, stderr, exit status
+_TERMINAL_COLUMNS = 80  # pexpect's pseudo-terminal, where ipykernel runs `!cmd`
 
 
 class _Usage(Exception):
@@ -41,17 +42,21 @@ class _NoMatch(Exception):
     """grep found nothing: status 1, nothing said."""
 
 
-def run(line: str) -> Result:
-    """Run `line`; its stdout, stderr and the last command's exit status."""
+def run(line: str, tty: bool = False) -> Result:
+    """Run `line`; its stdout, stderr and the last command's exit status. With `tty`, output
+    that reaches the terminal is laid out as on one (`ls` in columns), as `!cmd` in ipykernel
+    runs on a pseudo-terminal."""
     try:
-        words = shlex.split(line, comments=True, posix=True)
+        lexer = shlex.shlex(line, posix=True, punctuation_chars=True)
+        lexer.whitespace_split = True
+        words = list(lexer)
     except ValueError as exc:
         return "", f"sh: {exc}\n", 2
     out, err, status = [], [], 0
     for chain, joiner in _sequences(words):
         if joiner == "&&" and status != 0:
             continue
-        o, e, status = _pipeline(chain)
+        o, e, status = _pipeline(chain, tty)
         out.append(o)
         err.append(e)
     return "".join(out), "".join(err), status
@@ -70,7 +75,7 @@ def _sequences(words: list[str]) -> list[tuple[list[str], str]]:
     return [(chain, j) for chain, j in found if chain]
 
 
-def _pipeline(words: list[str]) -> Result:
+def _pipeline(words: list[str], tty: bool) -> Result:
     stages: list[list[str]] = [[]]
     for word in words:
         if word == "|":
@@ -80,11 +85,12 @@ def _pipeline(words: list[str]) -> Result:
     text: str | None = None
     errors: list[str] = []
     status = 0
-    for stage in stages:
+    for index, stage in enumerate(stages):
         stage, target, append = _redirection(stage)
         if not stage:
             return "", "sh: syntax error near '|'\n", 2
-        text, err, status = _command(stage, text)
+        on_tty = tty and target is None and index == len(stages) - 1
+        text, err, status = _command(stage, text, on_tty)
         errors.append(err)
         if target is not None:
             with open(target, "a" if append else "w", encoding="utf-8") as file:
@@ -101,7 +107,7 @@ def _redirection(words: list[str]) -> tuple[list[str], str | None, bool]:
     return words, None, False
 
 
-def _command(words: list[str], stdin: str | None) -> Result:
+def _command(words: list[str], stdin: str | None, tty: bool) -> Result:
     name, args = words[0], _expand(words[1:])
     command = COMMANDS.get(name)
     if command is None:
@@ -115,6 +121,8 @@ def _command(words: list[str], stdin: str | None) -> Result:
             127,
         )
     try:
+        if command is _ls:
+            return _ls(args, stdin, tty), "", 0
         return command(args, stdin), "", 0
     except _NoMatch:
         return "", "", 1
@@ -227,31 +235,36 @@ def _ends(args: list[str], stdin: str | None, first: bool) -> str:
 def _wc(args: list[str], stdin: str | None) -> str:
     options, operands = _options(args, "lwcm")
     wanted = [k for k in "lwc" if k in options or (k == "c" and "m" in options)] or ["l", "w", "c"]
+    inputs = _inputs(operands, stdin)
     rows = []
-    for name, text in _inputs(operands, stdin):
+    for name, text in inputs:
         counts = {"l": text.count("\n"), "w": len(text.split()), "c": len(text.encode())}
         rows.append(([counts[k] for k in wanted], "" if name == "-" else name))
     if len(rows) > 1:
         rows.append(([sum(r[0][i] for r in rows) for i in range(len(wanted))], "total"))
-    width = max(len(str(v)) for values, _ in rows for v in values)
-    if len(wanted) == 1 and len(rows) == 1:
+    # GNU wc's width: 1 for one count of one input; 7 when an input is not a file (its size
+    # is not known ahead); else the digits of all the files' bytes together.
+    if len(wanted) == 1 and len(inputs) == 1:
         width = 1
-    elif any(name == "" for _, name in rows):  # stdin's size is unknown: GNU wc's width 7
-        width = max(width, 7)
+    elif any(name == "-" for name, _ in inputs):
+        width = 7
+    else:
+        width = len(str(sum(len(text.encode()) for _, text in inputs)))
     return "".join(
         " ".join(f"{v:>{width}}" for v in values) + (f" {name}" if name else "") + "\n"
         for values, name in rows
     )
 
 
-def _ls(args: list[str], stdin: str | None) -> str:
+def _ls(args: list[str], stdin: str | None, tty: bool = False) -> str:
     options, operands = _options(args, "al1hRtr")
     files, folders = [], []
     for name in operands or ["."]:
         if not os.path.lexists(name):
             raise _Usage(f"cannot access '{name}': No such file or directory", 2)
         (folders if os.path.isdir(name) and not os.path.islink(name) else files).append(name)
-    out = [_listing(sorted(files), ".", options, whole=True)] if files else []
+    columns = tty and "1" not in options and "l" not in options
+    out = [_listing(sorted(files), ".", options, whole=True, columns=columns)] if files else []
     for name in sorted(folders):
         entries = sorted(os.listdir(name))
         if "a" not in options:
@@ -259,15 +272,23 @@ def _ls(args: list[str], stdin: str | None) -> str:
         else:
             entries = sorted([".", "..", *entries])
         heading = f"{name}:\n" if len(operands) > 1 or files else ""
-        out.append(heading + _listing(entries, name, options))
+        out.append(heading + _listing(entries, name, options, columns=columns))
     return "\n".join(out)
 
 
-def _listing(names: list[str], folder: str, options: dict[str, str], whole: bool = False) -> str:
+def _listing(
+    names: list[str],
+    folder: str,
+    options: dict[str, str],
+    whole: bool = False,
+    columns: bool = False,
+) -> str:
     if "t" in options:
         names.sort(key=lambda n: os.lstat(os.path.join(folder, n)).st_mtime, reverse=True)
     if "r" in options:
         names.reverse()
+    if columns:
+        return _in_columns(names)
     if "l" not in options:
         return "".join(f"{n}\n" for n in names)
     rows = []
@@ -282,6 +303,38 @@ def _listing(names: list[str], folder: str, options: dict[str, str], whole: bool
         for mode, links, size, stamp, name in rows
     )
     return body if whole else f"total {total}\n{body}"
+
+
+def _in_columns(names: list[str], line_length: int = _TERMINAL_COLUMNS) -> str:
+    """GNU ls's columns on a terminal: filled top to bottom, as many as fit in the line (the
+    last without its 2-space gap), padded as its indent() pads (tabs of 8)."""
+    if not names:
+        return ""
+    count = len(names)
+    rows, widths = count, [max(map(len, names))]
+    for columns in range(min(count, line_length // 3), 0, -1):
+        rows = -(-count // columns)
+        groups = [names[c * rows : (c + 1) * rows] for c in range(-(-count // rows))]
+        widths = [max(map(len, group)) + 2 for group in groups]
+        if sum(widths) - 2 < line_length:
+            break
+    lines = []
+    for row in range(rows):
+        line, position = "", 0
+        cells = [names[i] for i in range(row, count, rows)]
+        for index, name in enumerate(cells):
+            line += name
+            if index == len(cells) - 1:
+                break
+            end, target = position + len(name), position + widths[index]
+            while end < target:  # GNU ls's indent(): a tab where it stops short of `target`
+                if target // 8 > (end + 1) // 8:
+                    line, end = line + "\t", end + 8 - end % 8
+                else:
+                    line, end = line + " ", end + 1
+            position = target
+        lines.append(line + "\n")
+    return "".join(lines)
 
 
 def _pwd(args: list[str], stdin: str | None) -> str:

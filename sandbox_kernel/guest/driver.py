@@ -633,6 +633,7 @@ class Driver:
         if value == 0:  # a yield, nothing to wait for: spare the host a request
             self.check_interrupt()
             return
+        flush_streams()  # what the cell printed shows while it waits, as ipykernel's flusher
         self.call("sleep", seconds=value)
 
     def llm_query(self, prompt: str) -> str:

@@ -495,9 +495,10 @@ def _shell_class(driver: Any) -> Any:
                 _pip(driver, pip.group(1) or "")
                 return
             line = self.var_expand(cmd, depth=1)
-            out, err, status = sys.modules["sandbox_kernel_commands"].run(line)
-            sys.stdout.write(out)
-            sys.stderr.write(err)
+            out, err, status = sys.modules["sandbox_kernel_commands"].run(line, tty=True)
+            # As ipykernel shows a command run on its pseudo-terminal: both streams on stdout,
+            # each line ending in \r\n.
+            sys.stdout.write((out + err).replace("\n", "\r\n"))
             self.user_ns["_exit_code"] = status
 
         system_raw = system = system_piped
