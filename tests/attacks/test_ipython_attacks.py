@@ -123,7 +123,7 @@ def test_processes_stay_refused_when_asked_around_ipython(kernel: RunningKernel)
     # The shell's own entry points run the sandbox's commands (Python), and `id` is none.
     for code in ("get_ipython().system('id')", "get_ipython().getoutput('id')"):
         execution = kernel.run_ok(f"answer = {code}\nanswer, _exit_code")
-        shown = execution.result() + execution.stream("stderr")
+        shown = execution.result() + execution.stream() + execution.stream("stderr")
         assert "id: not found" in shown and "127" in shown and "uid=" not in shown, shown
     for code in (
         "get_ipython().run_cell_magic('bash', '', 'id')",
