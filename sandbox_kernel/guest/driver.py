@@ -796,15 +796,11 @@ class Driver:
         self.keep()
         for stream in (sys.stdout, sys.stderr):  # so output streams while a cell runs
             try:
-                buffered, through = stream.line_buffering, stream.write_through
-                stream.reconfigure(line_buffering=True, write_through=True)
+                buffered = stream.line_buffering
+                stream.reconfigure(line_buffering=True)
             except Exception:  # a stream that is not a TextIOWrapper stays as it is
                 continue
-            self._undo.append(
-                lambda s=stream, b=buffered, t=through: s.reconfigure(
-                    line_buffering=b, write_through=t
-                )
-            )
+            self._undo.append(lambda s=stream, b=buffered: s.reconfigure(line_buffering=b))
 
     def uninstall(self) -> None:
         """Undo bind(): builtins, __main__, time.sleep, getpass, MPLBACKEND, stdout/stderr."""
