@@ -56,7 +56,6 @@ def own_stream(name: str) -> Any:
             encoding="utf-8",
             errors="backslashreplace",
             line_buffering=True,
-            write_through=True,
         )
         _STREAMS[name] = stream
     return stream
