@@ -79,6 +79,7 @@ GUEST_MODULES = (
 # shell starts).
 SHELL_MODULES = (
     ("sandbox_kernel_commands", "commands.py"),  # `!cmd`
+    ("sandbox_kernel_speedups", "speedups.py"),  # IPython's repeated work, done once
     ("sandbox_kernel_shell", "shell.py"),
     ("sandbox_kernel_packages", "packages.py"),
 )
