@@ -91,14 +91,11 @@ class KernelSettings(BaseModel):
         source = _policy_file(env)
         workspace = Path(env.get("SANDBOX_KERNEL_WORKSPACE") or here / "workspace")
         workspace = workspace.expanduser().resolve()
-        _refuse_guest_writable(source, workspace)
+        _refuse_guest_writable(source, workspace, "policy files")
         policy = _notebook_policy(source).with_overrides(mount_host_dir=workspace)
         run_log = Path(env.get("SANDBOX_KERNEL_RUN_LOG") or _run_log_for(policy.mount_host_dir))
         data = _data_settings(env, here)
-        guard_file = data["guard_file"]
-        if guard_file is not None and guest_can_write(guard_file, workspace):
-            message = "SANDBOX_KERNEL_GUARD names a file inside the workspace: keep it outside"
-            raise PolicyValidationError([FieldError("", message)], source=guard_file)
+        _refuse_guest_writable(data["guard_file"], workspace, "the guard's lists")
         if data["guarded"]:  # the guarded spec never trusts outputs, whatever a file says
             policy = policy.with_overrides(trust_outputs=False)
         modules = env.get("SANDBOX_KERNEL_WARM_MODULES")
@@ -197,13 +194,13 @@ def guest_can_write(path: Path, workspace: Path) -> bool:
     return path.expanduser().resolve().is_relative_to(workspace.resolve())
 
 
-def _refuse_guest_writable(source: Path | None, workspace: Path) -> None:
-    """A policy file the guest could have written would let a cell configure the next
+def _refuse_guest_writable(source: Path | None, workspace: Path, what: str) -> None:
+    """A configuration file the guest could have written would let a cell configure the next
     session's sandbox: refused, the kernel does not start."""
     if source is not None and guest_can_write(source, workspace):
         message = (
             f"lies inside the workspace {workspace}, which the sandboxed code can write: "
-            "keep policy files outside it"
+            f"keep {what} outside it"
         )
         raise PolicyValidationError([FieldError("", message)], source=source)
 
