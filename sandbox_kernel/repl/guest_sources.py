@@ -78,7 +78,8 @@ GUEST_MODULES = (
 # With IPython (REPLConfig.ipython): the shell, `!cmd` and %pip (IPython is imported when the
 # shell starts).
 SHELL_MODULES = (
-    ("sandbox_kernel_commands", "commands.py"),  # `!cmd`
+    ("sandbox_kernel_coreutils", "coreutils.py"),  # `!cmd`: the commands
+    ("sandbox_kernel_commands", "commands.py"),  # `!cmd`: the line
     ("sandbox_kernel_speedups", "speedups.py"),  # IPython's repeated work, done once
     ("sandbox_kernel_shell", "shell.py"),
     ("sandbox_kernel_packages", "packages.py"),
