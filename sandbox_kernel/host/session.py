@@ -48,7 +48,6 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import wasmtime
 
@@ -78,7 +77,7 @@ from sandbox_kernel.host.memory_image import (
 from sandbox_kernel.host.run_guard import GuardLimits, RunGuard, guarding
 from sandbox_kernel.host.wasi_config import Preopen, make_wasi_config
 from sandbox_kernel.host.wasi_quota import ENTRY_COST_BYTES
-from sandbox_kernel.host.workspace import disk_usage
+from sandbox_kernel.host.workspace import disk_growth, disk_usage
 from sandbox_kernel.host.write_watch import PAGE_SIZE, WriteWatch
 
 __all__ = [
@@ -134,14 +133,6 @@ class TurnOutcome:
         return self.status is None
 
 
-def _disk_growth(folders: list[Path], at_start: int | None) -> int | None:
-    """What the writable folders hold now beyond the start (None: too many entries)."""
-    now = disk_usage(folders, ENTRY_COST_BYTES)
-    if now is None or at_start is None:
-        return None
-    return max(0, now - at_start)
-
-
 class _Router:
     """WASI output callbacks are fixed per Store; they route to the current turn's streams."""
 
@@ -195,7 +186,7 @@ class GuestSession:
         # back to the session (a cycle kept each closed session's memory until a collection).
         writable = [p.host for p in config.preopens if p.writable]
         self._disk_growth = functools.partial(
-            _disk_growth, writable, disk_usage(writable, ENTRY_COST_BYTES)
+            disk_growth, writable, ENTRY_COST_BYTES, disk_usage(writable, ENTRY_COST_BYTES)
         )
         self._fresh_instance()
 

@@ -24,6 +24,7 @@ __all__ = [
     "Entry",
     "Snapshot",
     "diff",
+    "disk_growth",
     "disk_usage",
     "remove_tree",
     "snapshot",
@@ -73,6 +74,15 @@ def disk_usage(roots: list[Path], entry_cost: int, limit: int = MAX_ENTRIES) -> 
             return None
         total += st.st_size if stat.S_ISREG(st.st_mode) else entry_cost
     return total
+
+
+def disk_growth(roots: list[Path], entry_cost: int, at_start: int | None) -> int | None:
+    """How much more `roots` hold now than `at_start` (a disk_usage), never below zero; None
+    when either could not be measured."""
+    now = disk_usage(roots, entry_cost)
+    if now is None or at_start is None:
+        return None
+    return max(0, now - at_start)
 
 
 def _walk(roots: list[Path], limit: int) -> Iterator[tuple[Path | None, os.stat_result]]:

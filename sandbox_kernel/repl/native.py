@@ -39,7 +39,8 @@ from typing import Any
 from sandbox_kernel.core.errors import SandboxExecutionError
 from sandbox_kernel.core.output import CappedStream
 from sandbox_kernel.repl import native_child as rpc
-from sandbox_kernel.repl.bridges import Bridge, LineSplitter, escalate_after
+from sandbox_kernel.repl.bridges import Bridge, escalate_after
+from sandbox_kernel.repl.lines import LineSplitter
 from sandbox_kernel.repl.models import (
     CodeExecution,
     ContextManagedSession,

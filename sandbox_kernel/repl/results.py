@@ -19,6 +19,8 @@ from sandbox_kernel.repl.protocol import CellReply
 __all__ = [
     "MAX_EVALUE_CHARS",
     "MAX_TRACEBACK_CHARS",
+    "REBUILD_NOTE",
+    "ROLLBACK_NOTE",
     "ChildTurn",
     "TurnRecord",
     "UsageReading",
@@ -28,6 +30,16 @@ __all__ = [
     "stopped_execution",
 ]
 
+# What a stopped execution's error says happened to the session.
+REBUILD_NOTE = (
+    "the session could no longer run cells (this cell, or an earlier one, damaged what the "
+    "sandbox needs), so it was rebuilt from scratch: its variables are gone, `context` was "
+    "loaded again, files written under /app were kept"
+)
+ROLLBACK_NOTE = (
+    "the session was rolled back to its state before this execution "
+    "(files written under /app were kept)"
+)
 MAX_ENAME_CHARS = 200
 MAX_EVALUE_CHARS = 64 * 1024
 MAX_TRACEBACK_CHARS = 256 * 1024  # all lines together

@@ -37,13 +37,14 @@ from sandbox_kernel.host.artifacts import python_image
 from sandbox_kernel.host.memory_image import MemoryImage
 from sandbox_kernel.host.session import GuestSession, SessionConfig, TurnLimits, TurnOutcome
 from sandbox_kernel.repl import warm
-from sandbox_kernel.repl.bridges import Bridge, LineSplitter, escalate_after
+from sandbox_kernel.repl.bridges import Bridge, escalate_after
 from sandbox_kernel.repl.folders import session_folders
 from sandbox_kernel.repl.guest_sources import (
     driver_source,
     install_source,
     warm_imports,
 )
+from sandbox_kernel.repl.lines import LineSplitter
 from sandbox_kernel.repl.models import (
     CodeExecution,
     ContextManagedSession,
@@ -51,7 +52,13 @@ from sandbox_kernel.repl.models import (
     REPLConfig,
 )
 from sandbox_kernel.repl.protocol import DRIVER_NAME, run_cell_turn
-from sandbox_kernel.repl.results import UsageReading, execution_from_reply, stopped_execution
+from sandbox_kernel.repl.results import (
+    REBUILD_NOTE,
+    ROLLBACK_NOTE,
+    UsageReading,
+    execution_from_reply,
+    stopped_execution,
+)
 from sandbox_kernel.runtimes.base import limits_from_policy
 
 __all__ = ["ReplSandbox"]
@@ -73,15 +80,6 @@ def _destroy_live_sessions() -> None:
 
 _SETUP_FUEL = 50_000_000_000  # installing the driver and warm-start imports
 _SETUP_TIMEOUT_SECONDS = 300.0
-_REBUILD_NOTE = (
-    "the session could no longer run cells (this cell, or an earlier one, damaged what the "
-    "sandbox needs), so it was rebuilt from scratch: its variables are gone, `context` was "
-    "loaded again, files written under /app were kept"
-)
-_ROLLBACK_NOTE = (
-    "the session was rolled back to its state before this execution "
-    "(files written under /app were kept)"
-)
 
 
 class ReplSandbox(ContextManagedSession):
@@ -328,7 +326,7 @@ class ReplSandbox(ContextManagedSession):
         if self._image is not None:
             session.restore(self._image)
             self.rollbacks += 1
-        evalue = f"{reason}; {_ROLLBACK_NOTE}"
+        evalue = f"{reason}; {ROLLBACK_NOTE}"
         ename = "KeyboardInterrupt" if status is ExecutionStatus.CANCELLED else "SandboxLimitError"
         rolled_back = self._image is not None
         return stopped_execution(status, ename, evalue, outcome, number, rolled_back)
@@ -347,7 +345,7 @@ class ReplSandbox(ContextManagedSession):
         self._unanswered = 0
         self.initialize(self._context)
         return stopped_execution(
-            ExecutionStatus.ERROR, "SandboxSessionRebuilt", _REBUILD_NOTE, outcome, number
+            ExecutionStatus.ERROR, "SandboxSessionRebuilt", REBUILD_NOTE, outcome, number
         )
 
     def _hard_status(self, outcome: TurnOutcome) -> tuple[ExecutionStatus, str]:

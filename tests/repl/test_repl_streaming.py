@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from sandbox_kernel.repl.bridges import LineSplitter
+from sandbox_kernel.repl.lines import LineSplitter
 from tests.repl.conftest import new_repl, repl_config
 
 CELL = "import time\nfor i in range(3):\n    print(f'\\r{i}', end='')\n    time.sleep(0.3)\nprint()"
