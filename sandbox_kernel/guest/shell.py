@@ -238,8 +238,11 @@ def _shell_class(driver: Any) -> Any:
     cells = sys.modules["sandbox_kernel_cells"]  # the sandbox's functions, not a cell's
     user_frames, chain = cells.user_frames, cells.chain
 
-    class SandboxShell(InteractiveShell):
-        """IPython's shell, answering through the door."""
+    class ZMQInteractiveShell(InteractiveShell):
+        """IPython's shell, answering through the door. Named as ipykernel's shell is: it
+        serves a Jupyter frontend too, and libraries tell a notebook from a terminal by this
+        name (pandas' in_ipython_frontend looks for "zmq" in it, and then lays out wide and
+        categorical reprs as in JupyterLab; a common idiom compares the name itself)."""
 
         display_pub_class = publisher
         displayhook_class = hook
@@ -290,7 +293,7 @@ def _shell_class(driver: Any) -> Any:
             text = out + err
             return SList(text.splitlines()) if split else text
 
-    return SandboxShell
+    return ZMQInteractiveShell
 
 
 def _user_tracebacks(
