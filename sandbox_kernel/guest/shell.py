@@ -244,6 +244,11 @@ def _shell_class(driver: Any) -> Any:
         name (pandas' in_ipython_frontend looks for "zmq" in it, and then lays out wide and
         categorical reprs as in JupyterLab; a common idiom compares the name itself)."""
 
+        # What a Jupyter kernel's shell has and a terminal's lacks: pandas' is_terminal() looks
+        # for it when pandas is imported (and then shows up to 20 columns, wrapped, as in
+        # JupyterLab). There is no kernel object in the guest: the kernel is on the host.
+        kernel = None
+
         display_pub_class = publisher
         displayhook_class = hook
 

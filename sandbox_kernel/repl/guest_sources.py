@@ -130,6 +130,9 @@ def warm_imports(modules: tuple[str, ...], ipython: bool = False) -> str:
     object it visits, and made all 40 MB of an IPython session's heap a kernel's own copy."""
     name = "__sandbox_kernel_module__"
     imports = f"for {name} in {modules!r}:\n    __import__({name})\ndel {name}\n"
-    if ipython:
+    if ipython:  # imported as a cell imports them: with IPython's builtins (get_ipython), which
+        # pandas asks for as it loads, to lay out its reprs for a notebook
+        indented = "".join(f"    {line}\n" for line in imports.splitlines())
+        imports = "with __import__('IPython').get_ipython().builtin_trap:\n" + indented
         imports += "__import__('sys').modules['sandbox_kernel_shell'].warm_tracebacks()\n"
     return imports + "__import__('gc').collect()\n__import__('gc').freeze()\n"
