@@ -294,6 +294,14 @@ def start_ipykernel(root: Path, kernel_name: str = BASELINE_KERNEL) -> RunningKe
     return RunningKernel(km, kc, root)
 
 
+@pytest.fixture(scope="module")
+def ipykernel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningKernel]:
+    """The baseline's ipykernel, one per test module, for the tests that compare with it."""
+    running = start_ipykernel(tmp_path_factory.mktemp("ipykernel"))
+    yield running
+    running.shutdown()
+
+
 def process_is_gone(pid: int) -> bool:
     """True when no process, not even an unreaped zombie, has this pid."""
     return not Path(f"/proc/{pid}").exists()

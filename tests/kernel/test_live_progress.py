@@ -6,11 +6,9 @@ in the end, the text of the streams, is ipykernel's.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
-from tests.kernel.conftest import Execution, RunningKernel, start_ipykernel
+from tests.kernel.conftest import Execution, RunningKernel
 
 COUNTDOWN = (
     "import time\n"
@@ -26,13 +24,6 @@ TQDM = (
     "for i in tqdm(range(4), mininterval=0):\n"
     "    time.sleep(0.4)\n"
 )
-
-
-@pytest.fixture(scope="module")
-def ipykernel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningKernel]:
-    running = start_ipykernel(tmp_path_factory.mktemp("ipykernel-progress"))
-    yield running
-    running.shutdown()
 
 
 def _spread(execution: Execution, name: str = "stdout") -> float:

@@ -4,11 +4,7 @@ ipykernel, compared with the baseline's ipykernel in the same test."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-import pytest
-
-from tests.kernel.conftest import RunningKernel, start_ipykernel
+from tests.kernel.conftest import RunningKernel
 
 CELLS = [
     "import pandas as pd\nfrom pandas.io.formats.console import in_ipython_frontend\n"
@@ -18,13 +14,6 @@ CELLS = [
     "pd.DataFrame({f'column_{i:02d}': range(3) for i in range(30)})",
     "pd.Series(range(100))",
 ]
-
-
-@pytest.fixture(scope="module")
-def ipykernel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningKernel]:
-    running = start_ipykernel(tmp_path_factory.mktemp("ipykernel-pandas"))
-    yield running
-    running.shutdown()
 
 
 def test_pandas_reprs_are_ipykernels(kernel: RunningKernel, ipykernel: RunningKernel) -> None:

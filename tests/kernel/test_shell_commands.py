@@ -7,11 +7,9 @@ cell runs, as on ipykernel.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
-from tests.kernel.conftest import RunningKernel, start_ipykernel
+from tests.kernel.conftest import RunningKernel
 
 FILES = (
     "import os\n"
@@ -57,13 +55,6 @@ COMPARED = [
     "!!cat data/two.txt",
     "!grep nothing-matches data/ex1.csv\nprint(_exit_code)",
 ]
-
-
-@pytest.fixture(scope="module")
-def ipykernel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningKernel]:
-    running = start_ipykernel(tmp_path_factory.mktemp("ipykernel-shell"))
-    yield running
-    running.shutdown()
 
 
 @pytest.fixture(scope="module")
