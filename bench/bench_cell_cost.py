@@ -58,7 +58,7 @@ round(per_cell, 3)
 
 
 def session(ipython: bool, warm: tuple[str, ...] = ()) -> ReplSandbox:
-    config = REPLConfig(ipython=ipython, warm_start_modules=warm, policy=POLICY, timeout_ms=300_000)
+    config = REPLConfig(ipython=ipython, warm_start_modules=warm, policy=POLICY)
     repl = ReplSandbox(config)
     for _ in range(10):
         repl.execute("x = 1")
@@ -132,7 +132,7 @@ def bound_variants() -> dict[int, float]:
 
 
 def tracebacks() -> None:
-    repl = ReplSandbox(REPLConfig(ipython=True, policy=POLICY, timeout_ms=300_000))
+    repl = ReplSandbox(REPLConfig(ipython=True, policy=POLICY))
     try:
         first, later = repl.execute("1 / 0"), repl.execute("1 / 0")
         print(f"first error: {first.fuel_consumed:,} instructions, next {later.fuel_consumed:,}")

@@ -127,7 +127,8 @@ def summary(samples: list[float]) -> tuple[float, float]:
 
 def session(service: LLMService, workspace: Path) -> ReplSandbox:
     """A WebAssembly session whose llm_query the service answers (start it with `with`)."""
-    config = REPLConfig(policy=POLICY, timeout_ms=TIMEOUT_MS, workspace=workspace, backend="wasm")
+    policy = POLICY.with_overrides(timeout_seconds=TIMEOUT_MS / 1000)
+    config = REPLConfig(policy=policy, workspace=workspace, backend="wasm")
     repl = create_repl(service.configure(config))
     assert isinstance(repl, ReplSandbox)
     return repl

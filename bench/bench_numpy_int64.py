@@ -57,7 +57,7 @@ def timed(fn, patched):
 
 
 def main() -> None:
-    repl = create_repl(REPLConfig(policy=POLICY, timeout_ms=300_000, backend="wasm"))
+    repl = create_repl(REPLConfig(policy=POLICY, backend="wasm"))
     try:
         setup = repl.execute(SETUP)
         assert setup.status == "ok", setup

@@ -151,6 +151,21 @@ def _policy_errors() -> Iterator[None]:
         raise PolicyValidationError.from_pydantic(exc) from None
 
 
+# The fields that bound one execution, as opposed to what the guest sees (folders, environment,
+# trust): what a live session's limits may change.
+LIMIT_FIELDS: Final = (
+    "fuel_budget",
+    "memory_bytes",
+    "stdout_max_bytes",
+    "stderr_max_bytes",
+    "timeout_seconds",
+    "max_open_files",
+    "max_file_bytes",
+    "workspace_max_bytes",
+    "display_max_bytes",
+)
+
+
 @described
 class ExecutionPolicy(BaseModel):
     """What one sandbox may use (fuel, memory, time, output, files) and see (mounts, env).
@@ -197,6 +212,11 @@ class ExecutionPolicy(BaseModel):
     trust_outputs: StrictBool = False
     """Show the guest's rich outputs unchanged, scripts included (they then run in the user's
     browser with the user's credentials). Off: the kernel's output firewall sanitizes them."""
+
+    def with_limits_of(self, other: ExecutionPolicy) -> ExecutionPolicy:
+        """This policy with `other`'s limits (LIMIT_FIELDS) and its own folders and
+        environment: what a live session may take from outside."""
+        return self.model_copy(update={name: getattr(other, name) for name in LIMIT_FIELDS})
 
     def __init__(self, /, **data: Any) -> None:
         with _policy_errors():

@@ -297,14 +297,14 @@ class GuestSession:
             store.set_epoch_deadline(2**62)  # idle: never trap between turns
             self._base = self._memory_base()
         return TurnOutcome(
-            status,
-            limit,
-            message,
-            max(0, fuel),
-            duration_ms,
-            stdout,
-            stderr,
-            guard.refusals,
+            status=status,
+            limit=limit,
+            trap_message=message,
+            fuel_consumed=max(0, fuel),
+            duration_ms=duration_ms,
+            stdout=stdout,
+            stderr=stderr,
+            refusals=guard.refusals,
             stopped_by=guard.stop_reason,
         )
 

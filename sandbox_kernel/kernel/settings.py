@@ -128,8 +128,6 @@ class KernelSettings(BaseModel):
         return REPLConfig(
             policy=self.policy,
             workspace=self.workspace,
-            timeout_ms=int(self.policy.timeout_seconds * 1000),
-            max_output_length=self.policy.stdout_max_bytes,
             warm_start_modules=self.warm_start_modules,
             ipython=True,  # notebooks written for ipykernel: magics, `obj?`, await, Out
             stream_partial_lines=True,  # progress bars update while the cell runs

@@ -36,7 +36,7 @@ from sandbox_kernel.repl.models import CodeExecution, REPLConfig
 if TYPE_CHECKING:
     from sandbox_kernel.llm.base import Completion
     from sandbox_kernel.llm.meter import UsageMeter
-    from sandbox_kernel.repl import ReplSession as Session
+    from sandbox_kernel.repl import ReplBackend as Session
 
 __all__ = ["RLMHost", "RLMLoop", "RLMSettings", "RLMStep", "describe_context", "parse_reply"]
 

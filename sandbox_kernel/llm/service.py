@@ -28,7 +28,7 @@ from sandbox_kernel.repl import create_repl
 from sandbox_kernel.repl.models import REPLConfig
 
 if TYPE_CHECKING:
-    from sandbox_kernel.repl import ReplSession
+    from sandbox_kernel.repl import ReplBackend
 
 __all__ = ["LLMService"]
 
@@ -101,7 +101,7 @@ class LLMService:
     def _rlm_query(self, task: str, ctx: object, *, parent: REPLConfig, depth: int) -> str:
         return RLMLoop(self, parent, depth).run(task, ctx)
 
-    def child_session(self, parent: REPLConfig, depth: int) -> ReplSession:
+    def child_session(self, parent: REPLConfig, depth: int) -> ReplBackend:
         """A new session for an rlm_query loop: the parent's config, quiet, one level down."""
         return create_repl(self.configure(parent.model_copy(update=_CHILD_QUIET), depth))
 

@@ -6,34 +6,29 @@ kernel answers its first request before it loads wasmtime.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TYPE_CHECKING
 
 from sandbox_kernel._lazy import lazy_getattr
+from sandbox_kernel.repl.base import ReplBackend
 from sandbox_kernel.repl.models import CodeExecution, DisplayMessage, ExecutionStatus, REPLConfig
 
 __getattr__ = lazy_getattr(__name__, {"ReplSandbox": "sandbox_kernel.repl.sandbox"})
 
 if TYPE_CHECKING:
-    from sandbox_kernel.repl.daemon_client import DaemonClientSandbox
-    from sandbox_kernel.repl.native import NativeReplSandbox
-    from sandbox_kernel.repl.pyodide import PyodideReplSandbox
     from sandbox_kernel.repl.sandbox import ReplSandbox
-
-    ReplSession: TypeAlias = (
-        ReplSandbox | DaemonClientSandbox | NativeReplSandbox | PyodideReplSandbox
-    )
 
 __all__ = [
     "CodeExecution",
     "DisplayMessage",
     "ExecutionStatus",
     "REPLConfig",
+    "ReplBackend",
     "ReplSandbox",
     "create_repl",
 ]
 
 
-def create_repl(config: REPLConfig | None = None) -> ReplSession:
+def create_repl(config: REPLConfig | None = None) -> ReplBackend:
     """A session for `config.backend`:
 
     - "wasm": ReplSandbox, the sandboxed WebAssembly session in this process;

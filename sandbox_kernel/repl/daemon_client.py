@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from sandbox_kernel.core.errors import SandboxExecutionError
+from sandbox_kernel.repl.base import ReplBackend
 from sandbox_kernel.repl.daemon import daemon_answers
 from sandbox_kernel.repl.daemon_protocol import (
     CALLBACKS,
@@ -42,7 +43,6 @@ from sandbox_kernel.repl.daemon_protocol import (
 )
 from sandbox_kernel.repl.models import (
     CodeExecution,
-    ContextManagedSession,
     DisplayMessage,
     ExecutionStatus,
     REPLConfig,
@@ -65,7 +65,7 @@ class _Lost(Exception):
     """The connection to the worker ended."""
 
 
-class DaemonClientSandbox(ContextManagedSession):
+class DaemonClientSandbox(ReplBackend):
     """A persistent sandboxed Python session in the REPL daemon (backend="daemon")."""
 
     sandboxed = True
@@ -276,7 +276,8 @@ class DaemonClientSandbox(ContextManagedSession):
         return reading.attach(CodeExecution.model_validate(value))
 
     def _limit_seconds(self) -> float:
-        return self.config.timeout_ms / 1000 + self.config.interrupt_grace_seconds + _MARGIN_SECONDS
+        config = self.config
+        return config.policy.timeout_seconds + config.interrupt_grace_seconds + _MARGIN_SECONDS
 
     def cancel(self) -> bool:
         """Interrupt the running execution (soft now, hard with rollback after the grace).
@@ -300,6 +301,13 @@ class DaemonClientSandbox(ContextManagedSession):
         """The session's usage, as ReplSandbox.usage() reports it in the worker."""
         value = self._call_session("usage", {})
         return dict(value) if isinstance(value, dict) else {}
+
+    def _configure(self, config: REPLConfig) -> None:
+        """New limits reach the worker's session before the next execution (they travel
+        with the policy; the worker refuses one that would move the session's folders)."""
+        self.config = config
+        if self._initialized:
+            self._call_session("limits", {"policy": config.policy.model_dump(mode="json")})
 
     def _call_session(self, op: str, fields: dict[str, Any]) -> Any:
         with self._lock:

@@ -69,8 +69,6 @@ _HEADER: Final = struct.Struct(">I")
 DATA_FIELDS: Final = frozenset(
     {
         "policy",
-        "timeout_ms",
-        "max_output_length",
         "workspace",
         "warm_start_modules",
         "interrupt_grace_seconds",

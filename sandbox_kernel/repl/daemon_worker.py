@@ -37,6 +37,7 @@ from typing import Any, Final
 
 from pydantic import ValidationError
 
+from sandbox_kernel.core.policy import ExecutionPolicy
 from sandbox_kernel.repl.daemon_protocol import (
     CALLBACKS,
     DATA_FIELDS,
@@ -76,7 +77,8 @@ class WorkerSession:
         # cell's whole time limit, its grace and a slack. A client that stops reading must not
         # hold the worker in a send forever: past this it counts as gone.
         config = self.config
-        self.patience = config.timeout_ms / 1000 + config.interrupt_grace_seconds + _SLACK_SECONDS
+        grace = config.interrupt_grace_seconds
+        self.patience = config.policy.timeout_seconds + grace + _SLACK_SECONDS
         timeval = struct.pack("ll", max(1, round(self.patience)), 0)
         conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, timeval)
 
@@ -203,6 +205,12 @@ class WorkerSession:
             with contextlib.suppress(OSError):
                 self.conn.close()
 
+    def _set_limits(self, policy: ExecutionPolicy) -> None:
+        """The client's new limits; the session's folders and environment stay as opened."""
+        self.sandbox.set_limits(self.sandbox.config.policy.with_limits_of(policy))
+        self.patience = policy.timeout_seconds + self.sandbox.config.interrupt_grace_seconds
+        self.patience += _SLACK_SECONDS
+
     def _handle(self, request: dict[str, Any]) -> bool:
         """Run one request and answer it; False after destroy."""
         op, request_id = request["op"], request.get("id")
@@ -233,6 +241,9 @@ class WorkerSession:
             return self.sandbox.get_variable(str(request.get("name"))), True
         if op == "usage":
             return self.sandbox.usage(), True
+        if op == "limits":
+            self._set_limits(ExecutionPolicy.model_validate(request.get("policy")))
+            return True, True
         if op == "destroy":
             return True, False
         raise ValueError(f"no request {op!r}")

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, Literal, Self
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PositiveInt
 
@@ -18,10 +18,10 @@ from sandbox_kernel.core.usage import LLMUsage
 
 __all__ = [
     "CodeExecution",
-    "ContextManagedSession",
     "DisplayMessage",
     "ExecutionStatus",
     "REPLConfig",
+    "limited",
 ]
 
 LineCallback = Callable[[str], None]
@@ -58,7 +58,9 @@ class DisplayMessage(BaseModel):
 
 
 class REPLConfig(BaseModel):
-    """A persistent session's settings. Limits not named here come from `policy`.
+    """A persistent session's settings. Every limit of an execution (fuel, wall clock, memory,
+    output) is the policy's: `policy` is their one owner, and `ReplSandbox.set_limits` changes
+    a live session's.
 
     Callbacks run on host threads while the cell runs (stream callbacks on whichever thread
     the guest's output arrives, bridge callbacks on a helper thread that sees the caller's
@@ -70,8 +72,6 @@ class REPLConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
 
     policy: ExecutionPolicy = Field(default_factory=ExecutionPolicy)
-    timeout_ms: PositiveInt = 30_000
-    max_output_length: PositiveInt = 100_000  # characters kept per stream per execution
     # "auto": the daemon when one answers at `daemon_socket`, else "wasm"; never an unsafe
     # backend ("native" and "pyodide" are no sandbox: they run only when named).
     backend: Literal["auto", "wasm", "daemon", "native", "pyodide"] = "auto"
@@ -119,6 +119,19 @@ class REPLConfig(BaseModel):
     llm_usage: Callable[[], LLMUsage] | None = None
 
 
+def limited(
+    config: REPLConfig, policy: ExecutionPolicy | None = None, timeout_seconds: float | None = None
+) -> REPLConfig:
+    """`config` with a new policy, or only its wall clock changed: what every backend's
+    set_limits() applies. The policy stays the one owner of the limits."""
+    policy = policy if policy is not None else config.policy
+    if timeout_seconds is not None:
+        policy = ExecutionPolicy.model_validate(
+            {**policy.model_dump(), "timeout_seconds": timeout_seconds}
+        )
+    return config.model_copy(update={"policy": policy})
+
+
 class CodeExecution(BaseModel):
     """One execution's outcome. A guest failure is data here, never a host exception."""
 
@@ -146,21 +159,3 @@ class CodeExecution(BaseModel):
     @property
     def ok(self) -> bool:
         return self.status is ExecutionStatus.OK
-
-
-class ContextManagedSession:
-    """`with session:` initializes it (no context) and destroys it at the end: every
-    backend's sessions are used this way."""
-
-    def initialize(self, context: object = None) -> None:
-        raise NotImplementedError
-
-    def destroy(self) -> None:
-        raise NotImplementedError
-
-    def __enter__(self) -> Self:
-        self.initialize()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.destroy()

@@ -39,11 +39,11 @@ from typing import Any
 from sandbox_kernel.core.errors import SandboxExecutionError
 from sandbox_kernel.core.output import CappedStream
 from sandbox_kernel.repl import native_child as rpc
-from sandbox_kernel.repl.bridges import Bridge, escalate_after
+from sandbox_kernel.repl.base import BridgedSession
+from sandbox_kernel.repl.bridges import Bridge
 from sandbox_kernel.repl.lines import LineSplitter
 from sandbox_kernel.repl.models import (
     CodeExecution,
-    ContextManagedSession,
     ExecutionStatus,
     REPLConfig,
 )
@@ -90,7 +90,7 @@ class _WholeLines:
         self._splitter.flush()
 
 
-class NativeReplSandbox(ContextManagedSession):
+class NativeReplSandbox(BridgedSession):
     """A persistent Python session in a plain CPython subprocess. UNSAFE: NOT A SANDBOX.
 
     Cells run with the host user's full rights; use it only for trusted code (and as the
@@ -106,24 +106,17 @@ class NativeReplSandbox(ContextManagedSession):
     )
 
     def __init__(self, config: REPLConfig | None = None) -> None:
-        self.config = config if config is not None else REPLConfig()
+        super().__init__(config)
         policy = self.config.policy
         root = self.config.workspace if self.config.workspace else policy.mount_host_dir
         self.workspace = Path(root).expanduser().resolve()
         self._lock = threading.RLock()
         self._child: Child | None = None
         self._ids = itertools.count(1)
-        self._context: object = None
-        self._count = 0
-        self._running = threading.Event()
-        self._hard_requested = False
-        self._escalation: threading.Timer | None = None
-        self._ending = threading.Lock()  # an execution is marked ended, or hard-stopped, not both
         self._destroyed = False
         self._warned = False
         self.rollbacks = 0  # never: state is not rolled back here
         self.restarts = 0
-        self.bridge = Bridge(self.config, lambda: self._context)
 
     @property
     def pid(self) -> int | None:
@@ -220,10 +213,7 @@ class NativeReplSandbox(ContextManagedSession):
     def destroy(self) -> None:
         """End the child and everything it started; the session cannot run again."""
         with self._lock:
-            timer, self._escalation = self._escalation, None
-            if timer is not None:
-                timer.cancel()
-                timer.join()
+            self._stop_escalation()
             self._discard(kill=False)
             self.bridge.close()
             self._destroyed = True
@@ -266,16 +256,12 @@ class NativeReplSandbox(ContextManagedSession):
     def _streams(self) -> tuple[_Capture, _Capture]:
         config, policy = self.config, self.config.policy
         return (
-            _Capture(
-                "stdout", min(policy.stdout_max_bytes, config.max_output_length), config.on_stdout
-            ),
-            _Capture(
-                "stderr", min(policy.stderr_max_bytes, config.max_output_length), config.on_stderr
-            ),
+            _Capture("stdout", policy.stdout_max_bytes, config.on_stdout),
+            _Capture("stderr", policy.stderr_max_bytes, config.on_stderr),
         )
 
     def _run_cell(self, child: Child, number: int, code: str) -> Ended:
-        timeout = self.config.timeout_ms / 1000
+        timeout = self.config.policy.timeout_seconds
         deadline = time.monotonic() + timeout
         self.bridge.begin(timeout)
         self.bridge.expect(cell=number)
@@ -288,15 +274,8 @@ class NativeReplSandbox(ContextManagedSession):
                 return "cancelled"
             return "timeout" if now >= deadline else None
 
-        self._hard_requested = False
-        self._running.set()
-        try:
+        with self._turn_running():
             return self._turn(child, run_cell_turn(number, code), self.bridge, stop)
-        finally:
-            with self._ending:
-                self._running.clear()
-            if self._escalation is not None:
-                self._escalation.cancel()
 
     def _no_reply(self, ended: Ended, outcome: ChildTurn, number: int) -> CodeExecution:
         """The turn failed before the driver reported (an interrupt that came between the
@@ -320,7 +299,7 @@ class NativeReplSandbox(ContextManagedSession):
             what = "interrupted (the cell did not stop by itself)"
         elif reason == "timeout":
             status = ExecutionStatus.TIMEOUT
-            what = f"timed out after {self.config.timeout_ms / 1000:g} s"
+            what = f"timed out after {self.config.policy.timeout_seconds:g} s"
         else:
             status, what = ExecutionStatus.ERROR, f"the {self.kind} process {_exit_text(code)}"
         ename = "KeyboardInterrupt" if status is ExecutionStatus.CANCELLED else "SandboxLimitError"
@@ -342,27 +321,19 @@ class NativeReplSandbox(ContextManagedSession):
 
     # -- interrupt ---------------------------------------------------------------------------
 
-    def cancel(self) -> bool:
-        """Interrupt the running execution: SIGINT now (KeyboardInterrupt in the cell), a
-        restart after `interrupt_grace_seconds`. False when nothing runs."""
-        child = self._child
-        if child is None or not self._running.is_set():
-            return False
-        number = self._count
-        self.bridge.soft_cancel.set()
-        child.interrupt()
+    def _stoppable(self) -> bool:
+        return self._child is not None
 
-        def hard() -> None:
-            self._hard_requested = True
-            self.bridge.hard_cancel.set()
+    def _soft_stop(self) -> None:
+        if (child := self._child) is not None:
+            child.interrupt()  # SIGINT: KeyboardInterrupt in the cell
 
-        self._escalation = escalate_after(
-            self.config.interrupt_grace_seconds,
-            lambda: self._running.is_set() and self._count == number,
-            hard,
-            self._ending,
-        )
-        return True
+    # the hard stop is the turn's: it sees _hard_requested and the process is replaced
+
+    def usage(self) -> dict[str, Any]:
+        """What the session has done so far: executions, process restarts, the child's pid
+        (no fuel or memory figures: nothing meters a native process)."""
+        return {"executions": self._count, "restarts": self.restarts, "pid": self.pid}
 
     # -- variables ---------------------------------------------------------------------------
 

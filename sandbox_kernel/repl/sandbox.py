@@ -31,13 +31,12 @@ from pathlib import Path
 from typing import Any
 
 from sandbox_kernel.core.errors import SandboxAbandoned, SandboxExecutionError
-from sandbox_kernel.core.policy import ExecutionPolicy
 from sandbox_kernel.core.results import LimitKind
 from sandbox_kernel.host.artifacts import python_image
 from sandbox_kernel.host.memory_image import MemoryImage
 from sandbox_kernel.host.session import GuestSession, SessionConfig, TurnLimits, TurnOutcome
 from sandbox_kernel.repl import warm
-from sandbox_kernel.repl.bridges import Bridge, escalate_after
+from sandbox_kernel.repl.base import BridgedSession
 from sandbox_kernel.repl.folders import session_folders
 from sandbox_kernel.repl.guest_sources import (
     driver_source,
@@ -47,7 +46,6 @@ from sandbox_kernel.repl.guest_sources import (
 from sandbox_kernel.repl.lines import LineSplitter
 from sandbox_kernel.repl.models import (
     CodeExecution,
-    ContextManagedSession,
     ExecutionStatus,
     REPLConfig,
 )
@@ -80,13 +78,16 @@ def _destroy_live_sessions() -> None:
 
 _SETUP_FUEL = 50_000_000_000  # installing the driver and warm-start imports
 _SETUP_TIMEOUT_SECONDS = 300.0
+_SETUP_OUTPUT_BYTES = 1_000_000  # what a failed setup says, for its error
+# Our own calls into the guest (completion, inspection, variables): their output is dropped.
+HELPER_OUTPUT_BYTES = 64 * 1024
 
 
-class ReplSandbox(ContextManagedSession):
+class ReplSandbox(BridgedSession):
     """A persistent sandboxed Python session (the wasm backend)."""
 
     def __init__(self, config: REPLConfig | None = None) -> None:
-        self.config = config if config is not None else REPLConfig()
+        super().__init__(config)
         policy = self.config.policy
         root = self.config.workspace if self.config.workspace else policy.mount_host_dir
         self.workspace = Path(root).expanduser().resolve()
@@ -100,13 +101,7 @@ class ReplSandbox(ContextManagedSession):
         # An execute(defer_image=True) left the session's image for take_image().
         self._image_pending = False
         self._scratch: tempfile.TemporaryDirectory[str] | None = None
-        self._context: object = None
-        self._count = 0
-        self._running = threading.Event()
         self._abandoned = False  # abandon(): no turn runs any more
-        self._hard_requested = False
-        self._escalation: threading.Timer | None = None
-        self._ending = threading.Lock()  # an execution is marked ended, or hard-stopped, not both
         self._destroyed = False
         self.rollbacks = 0
         self.rebuilds = 0  # sessions started again because a cell broke the driver
@@ -114,7 +109,6 @@ class ReplSandbox(ContextManagedSession):
         # rollbacks return to cannot run cells (an earlier cell damaged it), so it is rebuilt.
         self._unanswered = 0
         self._totals = {"executions": 0, "fuel_consumed": 0, "duration_ms": 0.0}
-        self.bridge = Bridge(self.config, lambda: self._context)
         _LIVE.add(self)
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -180,7 +174,12 @@ class ReplSandbox(ContextManagedSession):
         self._join_capture()  # never enter the guest while its memory is being copied
         self.bridge.begin(_SETUP_TIMEOUT_SECONDS)
         self.bridge.expect(hello=hello)
-        limits = TurnLimits(_SETUP_FUEL, _SETUP_TIMEOUT_SECONDS, 1_000_000, 1_000_000)
+        limits = TurnLimits(
+            fuel=_SETUP_FUEL,
+            timeout_seconds=_SETUP_TIMEOUT_SECONDS,
+            stdout_max_bytes=_SETUP_OUTPUT_BYTES,
+            stderr_max_bytes=_SETUP_OUTPUT_BYTES,
+        )
         outcome = session.turn(source, limits)
         if outcome.status != 0:
             detail = outcome.stderr.text() or outcome.trap_message or f"status {outcome.status}"
@@ -276,7 +275,6 @@ class ReplSandbox(ContextManagedSession):
         on_stderr: Callable[[str], None] | None,
     ) -> TurnOutcome:
         config, policy = self.config, self.config.policy
-        timeout = config.timeout_ms / 1000
         stdout_callback = on_stdout or config.on_stdout
         stderr_callback = on_stderr or config.on_stderr
         partial = config.stream_partial_lines
@@ -284,9 +282,9 @@ class ReplSandbox(ContextManagedSession):
         err = LineSplitter(stderr_callback, partial=partial) if stderr_callback else None
         limits = TurnLimits(
             fuel=policy.fuel_budget,
-            timeout_seconds=timeout,
-            stdout_max_bytes=min(policy.stdout_max_bytes, config.max_output_length),
-            stderr_max_bytes=min(policy.stderr_max_bytes, config.max_output_length),
+            timeout_seconds=policy.timeout_seconds,
+            stdout_max_bytes=policy.stdout_max_bytes,
+            stderr_max_bytes=policy.stderr_max_bytes,
             on_stdout=out.feed if out else None,
             on_stderr=err.feed if err else None,
         )
@@ -304,19 +302,15 @@ class ReplSandbox(ContextManagedSession):
         budgets and deadline, `expect` says what bookkeeping it may send."""
         self.bridge.begin(limits.timeout_seconds)
         self.bridge.expect(**expect)
-        self._hard_requested = False
-        self._running.set()
         try:
-            # Read after _running is set, as abandon() sets the mark before it reads _running:
-            # either this turn sees the mark, or abandon() sees the turn and cancels it.
-            if self._abandoned:
-                raise SandboxAbandoned
-            return session.turn(source, limits)
+            with self._turn_running():
+                # Read after _running is set, as abandon() sets the mark before it reads
+                # _running: either this turn sees the mark, or abandon() sees the turn and
+                # cancels it.
+                if self._abandoned:
+                    raise SandboxAbandoned
+                return session.turn(source, limits)
         finally:
-            with self._ending:
-                self._running.clear()
-            if self._escalation is not None:
-                self._escalation.cancel()
             self.bridge.expect()
 
     def _rolled_back(
@@ -358,7 +352,7 @@ class ReplSandbox(ContextManagedSession):
                 f"out of fuel after {policy.fuel_budget:,} instructions",
             )
         if outcome.limit is LimitKind.TIMEOUT:
-            return ExecutionStatus.TIMEOUT, f"timed out after {config.timeout_ms / 1000:g} s"
+            return ExecutionStatus.TIMEOUT, f"timed out after {config.policy.timeout_seconds:g} s"
         session = self._session
         if session is not None and session.memory_bytes() > policy.memory_bytes - (1 << 20):
             return ExecutionStatus.MEMORY, f"out of memory ({policy.memory_bytes:,} bytes)"
@@ -394,28 +388,16 @@ class ReplSandbox(ContextManagedSession):
 
     # -- interrupt ---------------------------------------------------------------------------
 
-    def cancel(self) -> bool:
-        """Interrupt the running execution: soft now, hard after the grace period. False when
-        nothing runs (a cancel while idle does nothing)."""
-        session = self._session
-        if session is None or not self._running.is_set():
-            return False
-        number = self._count
-        self.bridge.soft_cancel.set()
-        session.soft_interrupt()
+    def _stoppable(self) -> bool:
+        return self._session is not None
 
-        def hard() -> None:
-            self._hard_requested = True
-            self.bridge.hard_cancel.set()
-            session.hard_stop()
+    def _soft_stop(self) -> None:
+        if (session := self._session) is not None:
+            session.soft_interrupt()
 
-        self._escalation = escalate_after(
-            self.config.interrupt_grace_seconds,
-            lambda: self._running.is_set() and self._count == number,
-            hard,
-            self._ending,
-        )
-        return True
+    def _hard_stop(self) -> None:
+        if (session := self._session) is not None:
+            session.hard_stop()  # the turn traps; the session is rolled back
 
     def abandon(self) -> None:
         """Stop for good, for a session whose caller has gone away: the running execution is
@@ -425,20 +407,6 @@ class ReplSandbox(ContextManagedSession):
         destroy() still releases the session."""
         self._abandoned = True
         self.cancel()
-
-    def set_limits(
-        self, policy: ExecutionPolicy | None = None, *, timeout_ms: int | None = None
-    ) -> None:
-        """Change a live session's limits for the executions that follow: a new policy (its
-        wall clock becomes the session's, unless `timeout_ms` is given), or only the wall
-        clock. The one way to change them from outside: the bridges read the same config."""
-        changes: dict[str, Any] = {}
-        if policy is not None:
-            changes["policy"] = policy
-            changes["timeout_ms"] = int(policy.timeout_seconds * 1000)
-        if timeout_ms is not None:
-            changes["timeout_ms"] = timeout_ms
-        self.config = self.bridge.config = self.config.model_copy(update=changes)
 
     def usage(self) -> dict[str, Any]:
         """What the session has used so far: executions, fuel, time, memory, its image."""
@@ -498,8 +466,13 @@ class ReplSandbox(ContextManagedSession):
         its output is dropped; `expect` says what bookkeeping it may send."""
         session = self._session_or_fail()
         self._join_capture()
-        timeout = self.config.timeout_ms / 1000
-        limits = TurnLimits(self.config.policy.fuel_budget, timeout, 64 * 1024, 64 * 1024)
+        policy = self.config.policy
+        limits = TurnLimits(
+            fuel=policy.fuel_budget,
+            timeout_seconds=policy.timeout_seconds,
+            stdout_max_bytes=HELPER_OUTPUT_BYTES,
+            stderr_max_bytes=HELPER_OUTPUT_BYTES,
+        )
         return self._cancellable_turn(session, source, limits, **expect)
 
     def get_variable(self, name: str) -> Any:

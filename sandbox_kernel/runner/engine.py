@@ -20,7 +20,6 @@ Must not import: wasmtime (repl/ and host/ do that), anything Jupyter.
 
 from __future__ import annotations
 
-import math
 import re
 import tempfile
 import threading
@@ -117,8 +116,6 @@ class SandboxRun:
         config = REPLConfig(
             policy=self.policy,
             workspace=self.workspace,
-            timeout_ms=math.ceil(request.timeout_seconds * 1000),
-            max_output_length=request.max_output_bytes + 1,
             warm_start_modules=settings.warm_start_modules,
         )
         self.repl = ReplSandbox(config)
@@ -172,10 +169,10 @@ class SandboxRun:
         remaining time. A cancel that comes once it is made ends it (the session is abandoned)."""
         if self.cancellation.cancelled:
             raise self._cancelled(step)
-        left_ms = math.floor((self._deadline - time.monotonic()) * 1000)
-        if left_ms <= 0:
+        left = self._deadline - time.monotonic()
+        if left < 0.001:
             raise self._out_of_time(step)
-        self.repl.set_limits(timeout_ms=left_ms)
+        self.repl.set_limits(timeout_seconds=left)
         try:
             yield
         except SandboxAbandoned:

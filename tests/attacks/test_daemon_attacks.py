@@ -59,7 +59,7 @@ def still_serves(path: Path, workspace: Path) -> None:
         framed(b"[" * 100_000 + b"]" * 100_000),
         framed(b'{"op": "format-disk"}'),
         framed(b'{"op": "open", "config": {"secret_field": 1}, "callbacks": []}'),
-        framed(b'{"op": "open", "config": {"timeout_ms": -5}, "callbacks": []}'),
+        framed(b'{"op": "open", "config": {"policy": {"timeout_seconds": -5}}, "callbacks": []}'),
         framed(b'{"op": "open", "config": {}, "callbacks": ["os.system"]}'),
         struct.pack(">I", 2**32 - 1) + b"x" * 100,
     ],
@@ -123,7 +123,7 @@ def test_a_flood_of_connections_leaves_the_daemon_serving(daemon: Path, workspac
 
 
 def test_a_client_that_leaves_mid_cell_frees_its_session(daemon: Path, workspace: Path) -> None:
-    repl = daemon_client(daemon, workspace, timeout_ms=600_000)
+    repl = daemon_client(daemon, workspace, policy={"timeout_seconds": 600})
     pid = repl.worker_pid
     assert pid is not None
     runner = threading.Thread(target=repl.execute, args=("while True: pass",), daemon=True)
@@ -142,7 +142,7 @@ def test_a_client_that_stops_reading_does_not_hold_its_worker_forever(daemon: Pa
     client up and exits instead of waiting in a send forever."""
     sock = connect(daemon, 10)
     try:
-        open_ = b'{"op": "open", "config": {"timeout_ms": 1000}, "callbacks": ["stdout"]}'
+        open_ = b'{"op": "open", "config": {}, "callbacks": ["stdout"]}'
         sock.sendall(framed(open_))
         ready = read_frame(sock)
         assert ready is not None and ready["op"] == "ready", ready

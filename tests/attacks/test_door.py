@@ -31,21 +31,21 @@ class Door:
         self.threads = threading.active_count()
 
     def repl(self, policy: dict[str, Any] | None = None, **config: Any) -> ReplSandbox:
-        """A session with `config`; a short `timeout_ms` is the attack's own: the session is
+        """A session with `config`; a short `timeout_seconds` is the attack's own: the session is
         set up under the default wall clock first (a busy machine needs the room)."""
         fields = {"mount_host_dir": self.workspace, "fuel_budget": 50_000_000_000, **(policy or {})}
-        short = config.pop("timeout_ms", None)
+        short = config.pop("timeout_seconds", None)
         repl = ReplSandbox(REPLConfig(policy=ExecutionPolicy(**fields), **config))
         self.sessions.append(repl)
         repl.initialize()
         result = repl.execute("earlier = ['state', 'from', 'before']")
         assert result.ok, result.error
         if short is not None:
-            repl.set_limits(timeout_ms=short)
+            repl.set_limits(timeout_seconds=short)
         return repl
 
     def assert_survived(self, repl: ReplSandbox) -> None:
-        with wall_clock(repl, 30_000):
+        with wall_clock(repl, 30):
             result = repl.execute("print(' '.join(earlier))")
             assert result.ok, f"the session did not recover: {result.status} {result.error}"
             assert result.stdout == "state from before\n"
@@ -224,7 +224,7 @@ def test_a_frame_that_is_not_bytes_raises(door: Door) -> None:
 
 
 def test_a_sleep_past_the_deadline_is_bounded(door: Door) -> None:
-    repl = door.repl(timeout_ms=1000)
+    repl = door.repl(timeout_seconds=1)
     started = time.monotonic()
     result = repl.execute('import _host\n_host.call(b\'{"op":"sleep","seconds":1e300}\')')
     assert result.status is ExecutionStatus.TIMEOUT
@@ -305,7 +305,7 @@ def test_a_callback_slower_than_the_cell_timeout(door: Door, stall: threading.Ev
         stall.wait(30)
         return "too late"
 
-    repl = door.repl(timeout_ms=1000, on_llm_query=stalls)
+    repl = door.repl(timeout_seconds=1, on_llm_query=stalls)
     started = time.monotonic()
     result = repl.execute("llm_query('are you there?')")
     elapsed = time.monotonic() - started
@@ -318,7 +318,7 @@ def test_a_callback_slower_than_the_cell_timeout(door: Door, stall: threading.Ev
 def test_a_batched_callback_slower_than_the_cell_timeout(
     door: Door, stall: threading.Event
 ) -> None:
-    repl = door.repl(timeout_ms=1000, on_llm_query=lambda p: stall.wait(30) and "late")
+    repl = door.repl(timeout_seconds=1, on_llm_query=lambda p: stall.wait(30) and "late")
     started = time.monotonic()
     result = repl.execute("llm_query_batched(['a', 'b', 'c'])")
     assert result.status is ExecutionStatus.TIMEOUT

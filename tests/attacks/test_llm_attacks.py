@@ -32,7 +32,7 @@ def keyed(workspace: Path, model_server: ModelServer) -> Iterator[ReplSandbox]:
     retry = RetryPolicy(timeout_seconds=5, max_retries=0)
     provider = OpenAICompatibleProvider(model_server.openai_url, "m", api_key=KEY, retry=retry)
     service = LLMService(provider, budget=LLMBudget(max_calls=20))
-    repl = new_repl(service.configure(repl_config(workspace, timeout_ms=30_000)))
+    repl = new_repl(service.configure(repl_config(workspace, {"timeout_seconds": 30})))
     try:
         yield repl
     finally:
@@ -136,7 +136,7 @@ def test_model_written_code_is_as_confined_as_a_cell(workspace: Path, host: Host
         {"when": r"^REPL output:\n(\[.*\])", "reply": r"FINAL(\1)"},
     ]
     service = LLMService(ScriptedProvider(rules))
-    repl = new_repl(service.configure(repl_config(workspace, timeout_ms=30_000)))
+    repl = new_repl(service.configure(repl_config(workspace, {"timeout_seconds": 30})))
     try:
         run_ok(repl, "parent_secret = 'the parent session only'")
         answer = plain(run_ok(repl, "rlm_query('escape')"))

@@ -62,7 +62,7 @@ def _renamed(index: PackageIndex, name: str, claimed: str) -> bytes:
 def _config(tmp_path: Path, index: PackageIndex, **changes: object) -> REPLConfig:
     """An IPython session with %pip on `index`, in `tmp_path`, with `changes`."""
     settings: dict[str, object] = {
-        "timeout_ms": 60_000,
+        "policy": POLICY,
         "max_package_bytes": 100_000,
         "package_index_url": index.url,
     }
@@ -70,7 +70,6 @@ def _config(tmp_path: Path, index: PackageIndex, **changes: object) -> REPLConfi
     return REPLConfig(
         ipython=True,
         packages=True,
-        policy=POLICY,
         workspace=tmp_path / "workspace",
         **settings,  # type: ignore[arg-type]
     )
@@ -179,7 +178,9 @@ def test_an_interrupt_ends_a_download_that_never_finishes(session: ReplSandbox) 
 def test_the_cell_deadline_ends_a_download_that_never_finishes(
     tmp_path: Path, index: PackageIndex
 ) -> None:
-    with ReplSandbox(_config(tmp_path, index, timeout_ms=4_000)) as repl:
+    with ReplSandbox(
+        _config(tmp_path, index, policy=POLICY.with_overrides(timeout_seconds=4))
+    ) as repl:
         started = time.monotonic()
         done = repl.execute("%pip install slowpoke")
         assert time.monotonic() - started < 20, done

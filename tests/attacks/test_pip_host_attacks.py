@@ -69,7 +69,6 @@ def _session(workspace: Path, index: PackageIndex) -> ReplSandbox:
             packages=True,
             policy=POLICY,
             workspace=workspace,
-            timeout_ms=60_000,
             package_index_url=index.url,
         )
     )

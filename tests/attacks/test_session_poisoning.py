@@ -25,7 +25,7 @@ POLICY = ExecutionPolicy(fuel_budget=50_000_000_000, timeout_seconds=60)
 
 @pytest.fixture
 def session() -> Iterator[ReplSandbox]:
-    with ReplSandbox(REPLConfig(ipython=True, policy=POLICY, timeout_ms=60_000)) as repl:
+    with ReplSandbox(REPLConfig(ipython=True, policy=POLICY)) as repl:
         yield repl
 
 

@@ -39,7 +39,9 @@ def folders(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 def session(folders: tuple[Path, Path]) -> Iterator[ReplSandbox]:
     workspace, notebook = folders
     config = REPLConfig(
-        policy=POLICY, workspace=workspace, notebook_dir=notebook, timeout_ms=60_000
+        policy=POLICY,
+        workspace=workspace,
+        notebook_dir=notebook,
     )
     with ReplSandbox(config) as repl:
         yield repl

@@ -84,7 +84,7 @@ def parent(
         rlm=RLMSettings(**settings),
         on_step=steps.append if steps is not None else None,
     )
-    repl = new_repl(service.configure(repl_config(workspace, timeout_ms=60_000)), context)
+    repl = new_repl(service.configure(repl_config(workspace, {"timeout_seconds": 60})), context)
     sessions.append(repl)
     return repl, provider, service
 
@@ -165,7 +165,7 @@ def test_a_runaway_child_cell_is_stopped_and_the_loop_goes_on(
     ]
     provider = ScriptedProvider(rules)
     service = LLMService(provider)
-    config = service.configure(repl_config(workspace, timeout_ms=2_000))
+    config = service.configure(repl_config(workspace, {"timeout_seconds": 2}))
     repl = new_repl(config)
     sessions.append(repl)
     # The child has the parent's limits (2 s per cell); the parent's cell would time out too,

@@ -34,7 +34,7 @@ def session(
     retry = retry or RetryPolicy(timeout_seconds=5, max_retries=2, backoff_seconds=0.01)
     provider = OpenAICompatibleProvider(model_server.openai_url, "m", api_key=KEY, retry=retry)
     service = LLMService(provider, budget=budget, concurrency=concurrency)
-    return new_repl(service.configure(repl_config(workspace, timeout_ms=30_000)))
+    return new_repl(service.configure(repl_config(workspace, {"timeout_seconds": 30})))
 
 
 def test_llm_query_from_the_guest(workspace: Path, model_server: ModelServer) -> None:

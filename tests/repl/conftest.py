@@ -49,25 +49,25 @@ def run_ok(repl: ReplSandbox, code: str) -> CodeExecution:
     return result
 
 
-RUNAWAY_MS = 2_000  # the wall clock of a cell or host call that is meant to be stopped
+RUNAWAY_SECONDS = 2.0  # the wall clock of a cell or host call that is meant to be stopped
 
 
 @contextlib.contextmanager
-def wall_clock(repl: ReplSandbox, timeout_ms: int = RUNAWAY_MS) -> Iterator[None]:
+def wall_clock(repl: ReplSandbox, seconds: float = RUNAWAY_SECONDS) -> Iterator[None]:
     """Run what is inside under a short wall clock (a runaway cell, a host call on an object
     that never returns); the session's own comes back after, so the cells that must finish
     keep the room a busy machine needs."""
-    before = repl.config.timeout_ms
-    repl.set_limits(timeout_ms=timeout_ms)
+    before = repl.config.policy.timeout_seconds
+    repl.set_limits(timeout_seconds=seconds)
     try:
         yield
     finally:
-        repl.set_limits(timeout_ms=before)
+        repl.set_limits(timeout_seconds=before)
 
 
-def stopped(repl: ReplSandbox, code: str, timeout_ms: int = RUNAWAY_MS) -> CodeExecution:
+def stopped(repl: ReplSandbox, code: str, seconds: float = RUNAWAY_SECONDS) -> CodeExecution:
     """`code`, meant to be stopped, run under a short wall clock."""
-    with wall_clock(repl, timeout_ms):
+    with wall_clock(repl, seconds):
         return repl.execute(code)
 
 
@@ -117,6 +117,6 @@ def make_repl(workspace: Path) -> Iterator[MakeRepl]:
 @pytest.fixture(scope="module")
 def module_repl(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReplSandbox]:
     workspace = tmp_path_factory.mktemp("workspace")
-    repl = new_repl(repl_config(workspace, timeout_ms=120_000))
+    repl = new_repl(repl_config(workspace, {"timeout_seconds": 120}))
     yield repl
     repl.destroy()

@@ -110,7 +110,7 @@ def test_cancel_is_soft_then_hard_with_rollback(daemon: Path, workspace: Path) -
         assert hard.status is ExecutionStatus.CANCELLED and hard.rolled_back
         assert repl.get_variable("kept") == "yes"
         assert not repl.cancel()  # nothing runs
-        timed = daemon_client(daemon, workspace, timeout_ms=500)
+        timed = daemon_client(daemon, workspace, policy={"timeout_seconds": 0.5})
         try:
             assert timed.execute("while True: pass").status is ExecutionStatus.TIMEOUT
             assert timed.execute("2").result == {"text/plain": "2"}

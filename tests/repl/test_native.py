@@ -170,7 +170,7 @@ def test_stdout_and_displays_keep_their_order(make: Factory) -> None:
 
 
 def test_output_past_the_cap_is_cut_with_the_notice(make: Factory) -> None:
-    repl = make(max_output_length=100)
+    repl = make(policy=ExecutionPolicy(timeout_seconds=10, stdout_max_bytes=100))
     result = repl.execute("print('x' * 1000)")
     assert result.ok
     assert result.truncated
@@ -181,7 +181,7 @@ def test_output_past_the_cap_is_cut_with_the_notice(make: Factory) -> None:
 
 def test_utf8_split_across_reads_streams_whole(make: Factory) -> None:
     lines: list[str] = []
-    repl = make(on_stdout=lines.append, max_output_length=1_000_000)
+    repl = make(on_stdout=lines.append)
     result = repl.execute(
         "import sys\nfor _ in range(3):\n    sys.stdout.write('é' * 70000 + '\\n')"
     )
@@ -270,7 +270,7 @@ def test_a_cell_that_ignores_sigint_is_killed_and_the_session_restarts(
 
 
 def test_a_timeout_restarts_the_session(make: Factory) -> None:
-    repl = make(timeout_ms=1000)
+    repl = make(policy=ExecutionPolicy(timeout_seconds=1))
     repl.execute("lost = 1")
     started = time.monotonic()
     result = repl.execute("while True:\n    pass")
@@ -282,7 +282,7 @@ def test_a_timeout_restarts_the_session(make: Factory) -> None:
 
 
 def test_a_sleep_past_the_deadline_times_out(make: Factory) -> None:
-    repl = make(timeout_ms=500)
+    repl = make(policy=ExecutionPolicy(timeout_seconds=0.5))
     result = repl.execute("import time\ntime.sleep(60)")
     assert result.status is ExecutionStatus.TIMEOUT
     assert repl.execute("1").ok
@@ -403,7 +403,7 @@ def test_context_from_initialize(make: Factory, context: object, expected: str) 
 
 
 def test_the_context_survives_a_restart(make: Factory) -> None:
-    repl = make(timeout_ms=500)
+    repl = make(policy=ExecutionPolicy(timeout_seconds=0.5))
     repl.initialize(context="kept")
     assert repl.execute("while True:\n    pass").status is ExecutionStatus.TIMEOUT
     assert repl.execute("context").result == {"text/plain": "'kept'"}
@@ -469,7 +469,7 @@ def test_the_context_manager_starts_and_destroys(make: Factory) -> None:
 
 
 def test_the_unsafe_warning_is_logged_once(make: Factory, caplog: pytest.LogCaptureFixture) -> None:
-    repl = make(timeout_ms=300)
+    repl = make(policy=ExecutionPolicy(timeout_seconds=0.3))
     with caplog.at_level(logging.WARNING, logger="sandbox_kernel"):
         repl.initialize()
         repl.execute("while True:\n    pass")  # a restart does not warn again

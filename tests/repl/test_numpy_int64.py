@@ -52,7 +52,7 @@ AS_ON_LINUX = {
 @pytest.fixture(scope="module")
 def session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReplSandbox]:
     workspace = tmp_path_factory.mktemp("numpy64")
-    config = REPLConfig(policy=POLICY, workspace=workspace, timeout_ms=120_000)
+    config = REPLConfig(policy=POLICY, workspace=workspace)
     with ReplSandbox(config) as repl:
         assert repl.execute("import numpy as np").status == "ok"
         yield repl
@@ -80,7 +80,9 @@ def test_the_functions_still_look_like_numpys(session: ReplSandbox) -> None:
 
 def test_numpy_from_a_warm_image_is_patched_too(tmp_path: Path) -> None:
     config = REPLConfig(
-        policy=POLICY, workspace=tmp_path, warm_start_modules=("numpy",), timeout_ms=120_000
+        policy=POLICY,
+        workspace=tmp_path,
+        warm_start_modules=("numpy",),
     )
     for _ in range(2):  # the first session makes the image, the second starts from it
         with ReplSandbox(config) as repl:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from sandbox_kernel import REPLConfig, create_repl
+from sandbox_kernel import ExecutionPolicy, REPLConfig, create_repl
 from sandbox_kernel.repl.models import ExecutionStatus
 from sandbox_kernel.repl.pyodide import (
     PYODIDE_VERSION,
@@ -31,7 +31,7 @@ def session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PyodideReplSan
     config = REPLConfig(
         backend="pyodide",
         workspace=workspace,
-        timeout_ms=5_000,
+        policy=ExecutionPolicy(timeout_seconds=5),
         interrupt_grace_seconds=1.0,
         on_stdout=heard.append,
         on_llm_query=lambda prompt: f"model says {prompt}",

@@ -217,7 +217,7 @@ def test_abandon_stops_a_call_still_on_its_way_to_the_guest(make_repl: MakeRepl)
     """The agent server's race: its client left while a step waited for the session (behind
     the previous step's rollback image). A cancel then finds nothing running and is lost, and
     the step ran to its timeout, holding a worker; abandon() stops it before it starts."""
-    repl = make_repl(interrupt_grace_seconds=GRACE_SECONDS, timeout_ms=300_000)
+    repl = make_repl(interrupt_grace_seconds=GRACE_SECONDS, policy={"timeout_seconds": 300})
     run_ok(repl, "def spin_forever():\n    while True:\n        pass")
     outcome: list[object] = []
 

@@ -58,7 +58,7 @@ def test_a_timeout_rolls_back(make_repl: MakeRepl, code: str) -> None:
     repl = make_repl()
     run_ok(repl, "earlier = [1, 2, 3]")
     started = time.monotonic()
-    result = stop(repl, "earlier.clear()\n" + code, 1000)
+    result = stop(repl, "earlier.clear()\n" + code, 1)
     elapsed = time.monotonic() - started
     assert result.status is ExecutionStatus.TIMEOUT
     assert result.rolled_back is True
@@ -69,7 +69,7 @@ def test_a_timeout_rolls_back(make_repl: MakeRepl, code: str) -> None:
 
 def test_output_before_a_timeout_is_kept(make_repl: MakeRepl) -> None:
     repl = make_repl()
-    result = stop(repl, "print('got this far')\nwhile True:\n    pass", 1000)
+    result = stop(repl, "print('got this far')\nwhile True:\n    pass", 1)
     assert result.status is ExecutionStatus.TIMEOUT
     assert result.stdout == "got this far\n"
 
@@ -128,7 +128,7 @@ def test_memory_grows_up_to_the_limit(make_repl: MakeRepl) -> None:
 
 @pytest.mark.parametrize("stream", ["stdout", "stderr"])
 def test_output_past_the_cap_is_cut_with_a_notice(make_repl: MakeRepl, stream: str) -> None:
-    repl = make_repl(max_output_length=1000)
+    repl = make_repl(policy={"stdout_max_bytes": 1000, "stderr_max_bytes": 1000})
     result = run_ok(repl, f"import sys\nfor i in range(2000):\n    print(i, file=sys.{stream})")
     text = getattr(result, stream)
     assert result.truncated is True
@@ -141,7 +141,7 @@ def test_output_past_the_cap_is_cut_with_a_notice(make_repl: MakeRepl, stream: s
 
 
 def test_output_cap_is_per_execution(make_repl: MakeRepl) -> None:
-    repl = make_repl(max_output_length=1000)
+    repl = make_repl(policy={"stdout_max_bytes": 1000, "stderr_max_bytes": 1000})
     assert run_ok(repl, "print('x' * 5000)").truncated is True
     small = run_ok(repl, "print('short')")
     assert small.truncated is False
@@ -149,7 +149,7 @@ def test_output_cap_is_per_execution(make_repl: MakeRepl) -> None:
 
 
 def test_a_long_line_is_cut_too(make_repl: MakeRepl) -> None:
-    repl = make_repl(max_output_length=1000)
+    repl = make_repl(policy={"stdout_max_bytes": 1000, "stderr_max_bytes": 1000})
     result = run_ok(repl, "print('y' * 10**6)")
     assert result.truncated is True
     first = result.stdout.split("\n")[0]

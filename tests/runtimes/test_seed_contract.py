@@ -82,7 +82,9 @@ def test_the_cap_is_the_cap_notice_included(workspace: Path, stream: str) -> Non
 
 
 def test_the_repls_cap_is_the_cap_too(workspace: Path) -> None:
-    with create_repl(REPLConfig(workspace=workspace, max_output_length=1000)) as repl:
+    with create_repl(
+        REPLConfig(workspace=workspace, policy=ExecutionPolicy(stdout_max_bytes=1000))
+    ) as repl:
         execution = repl.execute(TEN_THOUSAND_BYTES)
     assert len(execution.stdout.encode("utf-8")) <= 1000
     assert execution.truncated and "omitted" in execution.stdout
