@@ -19,6 +19,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from record import Figure, Row, save
+
 from sandbox_kernel import ExecutionPolicy, PythonSandbox
 from sandbox_kernel.host import python_abi
 from sandbox_kernel.host.artifacts import python_image
@@ -68,6 +70,28 @@ def main() -> int:
             f"{name:<15}{seconds * 1e3:>11.1f}{metered[name] * 1e3:>14.1f}{free[name] * 1e3:>10.1f}"
             f"{metered[name] / seconds:>12.2f}x{metered[name] / free[name]:>12.2f}x"
         )
+    note = "Best of 5, timed inside each interpreter (guest CPython 3.15, host CPython 3.11)."
+    figures = [
+        Figure(
+            title="Pure Python in the sandbox against native CPython",
+            baseline="native CPython",
+            subject="wasm, fuel on",
+            unit="ms",
+            rows=[
+                Row(label=n, baseline=s * 1e3, subject=metered[n] * 1e3) for n, s in base.items()
+            ],
+            note=note,
+        ),
+        Figure(
+            title="What fuel metering costs",
+            baseline="wasm, fuel off",
+            subject="wasm, fuel on",
+            unit="ms",
+            rows=[Row(label=n, baseline=free[n] * 1e3, subject=metered[n] * 1e3) for n in base],
+            note="The same guest on an engine compiled without fuel (cached separately).",
+        ),
+    ]
+    save("bench_compute", "Guest compute speed", figures)
     return 0
 
 

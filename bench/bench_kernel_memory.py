@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import os
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 from jupyter_client.manager import KernelManager
+from record import Figure, Row, arguments, save
 
 KINDS = ("sandbox-baseline", "sandbox-python")
 IMPORTS = "import numpy, pandas, IPython"
@@ -72,14 +72,28 @@ def measure(kind: str, count: int) -> dict[str, float]:
 
 
 def main() -> None:
-    counts = [int(a) for a in sys.argv[1:]] or [1, 10]
+    counts = [int(a) for a in arguments()] or [1, 10]
     print(f"{'kernels':>7} {'kind':<17} {'PSS MiB':>8} {'private MiB':>12}")
+    rows = []
     for count in counts:
         figures = {kind: measure(kind, count) for kind in KINDS}
         for kind, figure in figures.items():
             print(f"{count:>7} {kind:<17} {figure['pss_mib']:>8.0f} {figure['private_mib']:>12.0f}")
         ratio = figures["sandbox-python"]["pss_mib"] / figures["sandbox-baseline"]["pss_mib"]
         print(f"{count:>7} PSS ratio, sandbox-python / ipykernel: {ratio:.2f}x")
+        base, ours = figures["sandbox-baseline"], figures["sandbox-python"]
+        for key, name in (("pss_mib", "PSS"), ("private_mib", "private")):
+            label = f"{name} per kernel, {count} alive"
+            rows.append(Row(label=label, baseline=base[key], subject=ours[key]))
+    figure = Figure(
+        title="Memory of an idle kernel after import numpy, pandas, IPython",
+        baseline="ipykernel",
+        subject="sandbox-python",
+        unit="MiB",
+        rows=rows,
+        note="Medians over the kernels alive at once, from /proc/PID/smaps_rollup.",
+    )
+    save("bench_kernel_memory", "Kernel memory", [figure])
 
 
 if __name__ == "__main__":

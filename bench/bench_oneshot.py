@@ -14,6 +14,8 @@ import sys
 import tempfile
 import time
 
+from record import Figure, Row, arguments, save
+
 from sandbox_kernel import ExecutionPolicy, PythonSandbox
 
 
@@ -29,7 +31,8 @@ def timed(call: object, rounds: int) -> list[float]:
 
 
 def main() -> int:
-    rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 30
+    args = arguments()
+    rounds = int(args[0]) if args else 30
     with tempfile.TemporaryDirectory() as folder:
         sandbox = PythonSandbox(ExecutionPolicy(), workspace=folder)
 
@@ -46,6 +49,18 @@ def main() -> int:
     print(f"python3 -c subprocess   median {med_base:7.1f} ms  p90 {_p90(base):7.1f} ms")
     print(f"PythonSandbox.execute   median {med_wasm:7.1f} ms  p90 {_p90(wasm):7.1f} ms")
     print(f"ratio (sandbox / subprocess): {med_wasm / med_base:.2f}x")
+    figure = Figure(
+        title="One-shot latency of print(1)",
+        baseline="python3 -c",
+        subject="PythonSandbox.execute",
+        unit="ms",
+        rows=[
+            Row(label="median", baseline=med_base, subject=med_wasm),
+            Row(label="p90", baseline=_p90(base), subject=_p90(wasm)),
+        ],
+        note=f"{rounds} rounds each, compiled module cached; both start a fresh interpreter.",
+    )
+    save("bench_oneshot", "One-shot sandboxes", [figure])
     return 0
 
 

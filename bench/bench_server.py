@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 import httpx
+from record import Figure, Row, save
 
 from sandbox_kernel.runner import RunnerSettings, run_request
 
@@ -165,9 +166,36 @@ def main() -> None:
                                     "p50_ms": p50 * 1000, "p99_ms": p99 * 1000})  # fmt: skip
             print(json.dumps({"baselines_ms": {k: v * 1000 for k, v in baselines.items()},
                               "host_sqlite_ms": host_sql * 1000, "load": results}))  # fmt: skip
+            _save(baselines, results)
         finally:
             process.terminate()
             process.wait(timeout=30)
+
+
+def _save(baselines: dict[str, float], results: list[dict[str, float]]) -> None:
+    """The p50 latencies against the in-process runner, one figure per kind of chat."""
+    figures = []
+    for kind, name in (("sql", "SQL"), ("python", "Python")):
+        rows = [
+            Row(
+                label=f"{int(r['clients'])} clients, p50 ({r['per_second']:.1f} chats/s)",
+                baseline=baselines[kind] * 1000,
+                subject=r["p50_ms"],
+            )
+            for r in results
+            if r["kind"] == kind
+        ]
+        figures.append(
+            Figure(
+                title=f"{name} chats over HTTP",
+                baseline="in-process runner, one at a time",
+                subject="sandbox-kernel serve",
+                unit="ms",
+                rows=rows,
+                note="Latency from the request to the done event; the label gives the rate.",
+            )
+        )
+    save("bench_server", "The agent server under load", figures)
 
 
 if __name__ == "__main__":

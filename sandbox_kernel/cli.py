@@ -190,7 +190,7 @@ def _daemon(args: argparse.Namespace) -> int:
         start_daemon,
         stop_daemon,
     )
-    from sandbox_kernel.repl.daemon_protocol import DaemonUnavailable, default_socket
+    from sandbox_kernel.repl.daemon.protocol import DaemonUnavailable, default_socket
 
     path = args.socket or default_socket()
     if args.action == "start":

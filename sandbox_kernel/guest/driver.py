@@ -22,28 +22,27 @@ from __future__ import annotations
 
 import ast
 import base64
-import builtins
 import io
-import json
 import linecache
-import math
-import operator
 import os
-import re
 import sys
-import time
 import traceback
 from collections.abc import Callable
 from typing import Any
 
-# The driver's parts, each a guest module of its own (streams, bundles, cells, helpers). In
-# the sandbox the host loads them first (repl/guest_sources.py's GUEST_MODULES); under host CPython
-# (the native backends, the unit tests) they are read from this file's folder.
-_PARTS = (
+# The driver's parts, each a guest module of its own, in the order they load: its streams,
+# MIME bundles, cell transforms, pure helpers, door client, the calls cells make and its
+# binding into the guest. In the sandbox the host loads them first (repl/guest_sources.py's
+# GUEST_MODULES); under host CPython (the native backends, the unit tests) they are read from
+# this file's folder.
+DRIVER_PARTS = (
     ("sandbox_kernel_streams", "streams.py"),
     ("sandbox_kernel_bundles", "bundles.py"),
     ("sandbox_kernel_cells", "cells.py"),
     ("sandbox_kernel_helpers", "helpers.py"),
+    ("sandbox_kernel_door", "door.py"),
+    ("sandbox_kernel_calls", "calls.py"),
+    ("sandbox_kernel_binding", "binding.py"),
 )
 
 
@@ -61,15 +60,14 @@ def _load_part(name: str, file: str) -> None:
     spec.loader.exec_module(module)
 
 
-for _name, _file in _PARTS:
+for _name, _file in DRIVER_PARTS:
     _load_part(_name, _file)
 
+from sandbox_kernel_binding import Binding  # noqa: E402
 from sandbox_kernel_bundles import (  # noqa: E402 - the parts are loaded just above
     figure_png,
     format_bundle,
-    not_jsonable,
     plain_text,
-    put,
     to_plain,
 )
 from sandbox_kernel_cells import (  # noqa: E402
@@ -80,8 +78,8 @@ from sandbox_kernel_cells import (  # noqa: E402
     forget_turns,
     prune,
 )
-from sandbox_kernel_helpers import chunk_text, haystacks, need_int, need_str  # noqa: E402
-from sandbox_kernel_streams import describe, flush_streams, mend_streams, safe_str, warn  # noqa: E402
+from sandbox_kernel_helpers import chunk_text  # noqa: E402
+from sandbox_kernel_streams import describe, flush_streams, safe_str, warn  # noqa: E402
 
 __all__ = [
     "DRIVER_NAME",
@@ -94,31 +92,6 @@ __all__ = [
     "plain_text",
     "to_plain",
 ]
-
-# The exceptions a host answer may name (protocol.ERROR_TYPES); anything else is RuntimeError.
-_ERRORS: dict[str, type[BaseException]] = {
-    kind.__name__: kind
-    for kind in (
-        KeyboardInterrupt,
-        EOFError,
-        RuntimeError,
-        ValueError,
-        TypeError,
-        TimeoutError,
-        ConnectionError,
-        PermissionError,
-        MemoryError,
-    )
-}
-# What the reactor's turns and run_cell themselves use: put back when a cell replaces them.
-_KEPT_BUILTINS = ("__import__", "compile", "exec", "eval", "repr", "isinstance", "len")
-_KEPT_HELPERS = ("display", "input")  # the sandbox's, in builtins: as IPython keeps display
-_KEPT_LINECACHE = ("cache", "_interactive_cache", "getline")
-_LONGEST_SLEEP_SECONDS = 9.2e9  # what fits time.sleep's int64 nanoseconds
-_MISSING = object()
-# The shell's methods the driver calls: an instance attribute of that name is a cell's, removed.
-_SHELL_METHODS = frozenset({"run_cell", "run_cell_async", "transform_cell", "run_ast_nodes"})
-_NO_CTX = object()
 
 
 def install(
@@ -178,35 +151,6 @@ def _without_monitor(tqdm_std: Any) -> None:
     tqdm_std.tqdm.monitor_interval = 0
 
 
-class _ClassMethods:
-    """A class's methods as keep() found them, put back after a cell that replaced them; names
-    in `foreign` a cell may not add to the class (they would shadow a base class's)."""
-
-    def __init__(self, cls: type, foreign: frozenset[str] = frozenset()) -> None:
-        self.cls = cls
-        self.methods = {name: value for name, value in vars(cls).items() if callable(value)}
-        self._items = self.methods.items()
-        self._foreign = foreign - self.methods.keys()
-
-    def put_back(self) -> list[str]:
-        """What was put back, by name. Every cell comes here: the usual answer, nothing
-        changed, is one containment test of the kept (name, method) pairs in the class's, in
-        C (a third of looking each name up)."""
-        namespace = vars(self.cls)
-        added = [name for name in self._foreign if name in namespace]
-        if not added and self._items <= namespace.items():
-            return []
-        repaired = []
-        for name, value in self.methods.items():
-            if namespace.get(name) is not value:
-                setattr(self.cls, name, value)
-                repaired.append(f"{self.cls.__name__}.{name}")
-        for name in added:
-            delattr(self.cls, name)
-            repaired.append(f"{self.cls.__name__}.{name}")
-        return repaired
-
-
 def forget_finders(folder: str) -> None:
     """Make imports look at `folder` (and the folders in it) afresh: its files changed.
     Narrower than importlib.invalidate_caches(), which also empties zipimport's directory
@@ -216,110 +160,21 @@ def forget_finders(folder: str) -> None:
             del sys.path_importer_cache[path]
 
 
-def _new_flag() -> bytearray:
-    flag = bytearray(17)
-    flag[1:] = os.urandom(16)
-    for i in range(1, 17):
-        flag[i] ^= 0xA5  # in place, so the final pattern lives in this bytearray only
-    return flag
+class Driver(Binding):
+    """One session's driver: runs cells, answers the host's calls, holds the interrupt flag.
 
-
-class Driver:
-    """One session's driver: runs cells, answers the host's calls, holds the interrupt flag."""
+    Made of parts: DoorClient (door.py: requests, the flag), HostCalls (calls.py: display,
+    input, sleep, llm_query, ...), Binding (binding.py: bind, keep, repair, uninstall), and
+    here the cells themselves and the host's questions about them.
+    """
 
     def __init__(self, door: Callable[[bytes], bytes], main_module: Any) -> None:
-        self.door = door
-        self.main = main_module
-        self.flag = _new_flag()  # never resized: the host holds its address
+        super().__init__(door, main_module)
         self.displays: list[dict[str, Any]] = []  # the running cell's, in order
-        self._undo: list[Callable[[], None]] = []
         self.shell: Any = None  # IPython's shell (shell.py), when cells run through it
         self.packages: str | None = None  # the session's %pip folder
         self._outcome: dict[str, Any] = {}  # what the shell reported for the running cell
         self._shell_suspect = False  # a cell failed: probe the shell before the next one
-        # What running cells needs, as keep() found it at install (repair() puts it back).
-        self._kept: list[tuple[Any, str, Any]] = []
-        self._methods = _ClassMethods(Driver)
-        self._shell_kept: list[_ClassMethods] = []
-        self._shell_names: frozenset[str] = frozenset()  # the shell class's methods, by name
-
-    # -- the door ------------------------------------------------------------------------
-
-    def request(self, op: str, **fields: Any) -> Any:
-        """Send one request through the door and return the answer's value, or raise its error."""
-        return self._unwrap(op, _loads(self._send(op, fields)))
-
-    def _send(self, op: str, fields: dict[str, Any]) -> bytes:
-        message = {"op": op, **fields}
-        frame = json.dumps(message, ensure_ascii=False, default=not_jsonable).encode("utf-8")
-        try:
-            return self.door(frame)
-        except ConnectionRefusedError as exc:
-            raise RuntimeError(f"no sandbox host is bound to answer {op}") from exc
-        except OSError as exc:
-            raise RuntimeError(f"the sandbox host failed to answer {op}") from exc
-
-    @staticmethod
-    def _unwrap(op: str, answer: Any) -> Any:
-        if isinstance(answer, dict):
-            if "ok" in answer:
-                return answer["ok"]
-            error = answer.get("error")
-            if isinstance(error, dict):
-                kind = _ERRORS.get(str(error.get("type")), RuntimeError)
-                raise kind(str(error.get("message", "")))
-        raise RuntimeError(f"the sandbox host sent a malformed answer to {op}")
-
-    def call_binary(self, op: str, **fields: Any) -> bytes:
-        """A request from user code whose answer is bytes (a wheel): a binary answer."""
-        self.check_interrupt()
-        value = self._binary(op, fields)
-        if not isinstance(value, bytes):
-            raise RuntimeError(f"the sandbox host sent a malformed answer to {op}")
-        self.check_interrupt()
-        return value
-
-    def _binary(self, op: str, fields: dict[str, Any]) -> Any:
-        """The value of a binary answer (protocol.binary_answer): a JSON header line, then the
-        payload; an error comes as the usual JSON answer and is raised."""
-        raw = self._send(op, fields)
-        end = raw.find(b"\n")
-        header = _loads(raw[:end] if end >= 0 else raw)
-        if not isinstance(header, dict) or "kind" not in header or end < 0:
-            self._unwrap(op, header)  # raises the host's error, if that is what came
-            raise RuntimeError(f"the sandbox host sent a malformed answer to {op}")
-        payload = memoryview(raw)[end + 1 :]  # a view: a large payload is not copied again
-        if header.get("length") != len(payload):
-            raise RuntimeError(f"the sandbox host sent an answer of the wrong length to {op}")
-        kind = header["kind"]
-        if kind == "none":
-            return None
-        if kind == "str":
-            return str(payload, "utf-8")
-        if kind == "bytes":
-            return bytes(payload)
-        if kind == "json":
-            return json.loads(str(payload, "utf-8"))
-        raise RuntimeError(f"the sandbox host sent an answer of unknown kind {kind!r} to {op}")
-
-    def call(self, op: str, **fields: Any) -> Any:
-        """A request from user code: a safe point for the soft interrupt before and after."""
-        self.check_interrupt()
-        value = self.request(op, **fields)
-        self.check_interrupt()
-        return value
-
-    # -- interrupt -----------------------------------------------------------------------
-
-    def check_interrupt(self) -> None:
-        """Raise KeyboardInterrupt (once) if the host has asked for a soft interrupt."""
-        if self.flag[0]:
-            self.interrupted()
-
-    def interrupted(self) -> None:
-        """Clear the flag and raise KeyboardInterrupt (called by the checks put in cell loops)."""
-        self.flag[0] = 0
-        raise KeyboardInterrupt
 
     # -- cells ---------------------------------------------------------------------------
 
@@ -575,263 +430,6 @@ class Driver:
                 error = {"ename": type(exc).__name__, "evalue": safe_str(exc)}
                 results[key] = {"status": "error", **error, "traceback": []}
         self.request("value", name="__expressions__", found=True, value=results)
-
-    # -- what cells call -----------------------------------------------------------------
-
-    def display(
-        self, *objs: Any, raw: bool = False, metadata: dict[str, Any] | None = None
-    ) -> None:
-        """Show each object below the cell now, as Jupyter's display() does.
-
-        raw=True: each object is already a MIME bundle, {mime type: data}.
-        """
-        if metadata is not None and not isinstance(metadata, dict):
-            raise TypeError(f"display() metadata must be a dict, not {type(metadata).__name__}")
-        for obj in objs:
-            if not raw:
-                data, extra = format_bundle(obj)
-            elif isinstance(obj, dict):
-                data, extra = {}, {}
-                for mime, value in obj.items():
-                    put(data, str(mime), value)
-            else:
-                raise TypeError(
-                    f"display(raw=True) takes MIME bundle dicts, not {type(obj).__name__}"
-                )
-            self._send_display({"data": data, "metadata": {**extra, **(metadata or {})}})
-
-    def _send_display(self, message: dict[str, Any]) -> None:
-        self.call("display", **message)
-        self.displays.append(message)
-
-    def input(self, prompt: object = "") -> str:
-        """Read a line from the user (the notebook's input box), as the builtin input() does."""
-        flush_streams()
-        return self.call("input", prompt=str(prompt), password=False)
-
-    def getpass(self, prompt: str = "Password: ", stream: object = None) -> str:
-        """Read a line from the user without echoing it, as getpass.getpass() does."""
-        flush_streams()
-        return self.call("input", prompt=str(prompt), password=True)
-
-    def sleep(self, seconds: float) -> None:
-        """time.sleep through the host: bounded by the cell's deadline, ended by interrupts."""
-        if isinstance(seconds, float):
-            value = seconds
-        else:
-            try:
-                value = float(operator.index(seconds))
-            except TypeError:
-                name = type(seconds).__name__
-                raise TypeError(f"'{name}' object cannot be interpreted as an integer") from None
-        if math.isnan(value):
-            raise ValueError("Invalid value NaN (not a number)")
-        if value < 0:
-            raise ValueError("sleep length must be non-negative")
-        if value > _LONGEST_SLEEP_SECONDS:
-            raise OverflowError("sleep length is too large")
-        if value == 0:  # a yield, nothing to wait for: spare the host a request
-            self.check_interrupt()
-            return
-        flush_streams()  # what the cell printed shows while it waits, as ipykernel's flusher
-        self.call("sleep", seconds=value)
-
-    def llm_query(self, prompt: str) -> str:
-        """Ask the session's language model one question; its answer."""
-        need_str("llm_query", "prompt", prompt)
-        return self.call("llm_query", prompt=prompt)
-
-    def llm_query_batched(self, prompts: list[str]) -> list[str]:
-        """Ask the language model several independent questions at once; answers in order."""
-        if not isinstance(prompts, list | tuple):
-            raise TypeError(
-                f"llm_query_batched() takes a list of str, not {type(prompts).__name__}"
-            )
-        for i, prompt in enumerate(prompts):
-            need_str("llm_query_batched", f"prompts[{i}]", prompt)
-        if not prompts:
-            return []
-        return self.call("llm_query_batched", prompts=list(prompts))
-
-    def rlm_query(self, task: str, ctx: Any = _NO_CTX) -> str:
-        """Hand `task` (and, optionally, a JSON-able `ctx`) to a recursive language-model run."""
-        need_str("rlm_query", "task", task)
-        if ctx is _NO_CTX:
-            return self.call("rlm_query", task=task, has_ctx=False, ctx=None)
-        return self.call("rlm_query", task=task, has_ctx=True, ctx=ctx)
-
-    def search_context(
-        self,
-        pattern: str,
-        window: int = 200,
-        *,
-        ignore_case: bool = True,
-        max_matches: int = 100,
-        text: Any = None,
-    ) -> list[dict[str, Any]]:
-        """Find a regular expression in `text` (default: `context`), with text around each match.
-
-        Each match is {"start", "end", "match", "text"}: offsets of the match and the text from
-        `window` characters before it to `window` after. Patterns use re.MULTILINE, and
-        re.IGNORECASE unless ignore_case=False. A str is searched as is; a list of str element by
-        element (matches then carry the element's "index"); bytes as UTF-8 (bad bytes replaced);
-        anything else, such as a dict, as its JSON text.
-        """
-        need_str("search_context", "pattern", pattern)
-        for name, number in (("window", window), ("max_matches", max_matches)):
-            need_int("search_context", name, number)
-            if number < 0:
-                raise ValueError(f"search_context() {name} must be >= 0, not {number}")
-        flags = re.MULTILINE | (re.IGNORECASE if ignore_case else 0)
-        try:
-            regex = re.compile(pattern, flags)
-        except re.error as exc:
-            raise ValueError(
-                f"search_context(): bad regular expression {pattern!r}: {exc}"
-            ) from exc
-        source = getattr(self.main, "context", None) if text is None else text
-        if source is None:
-            raise ValueError("search_context(): there is no context; pass text=...")
-        found: list[dict[str, Any]] = []
-        for index, haystack in haystacks(source):
-            for match in regex.finditer(haystack):
-                if len(found) >= max_matches:
-                    return found
-                start, end = match.span()
-                hit = {"start": start, "end": end, "match": match.group()}
-                hit["text"] = haystack[max(0, start - window) : end + window]
-                if index is not None:
-                    hit["index"] = index
-                found.append(hit)
-        return found
-
-    # -- the driver's own state ------------------------------------------------------------
-
-    def keep(self) -> None:
-        """Remember what the sandbox needs to run the next cell, to put it back after a cell
-        that replaced it (the memory image is taken after each cell: a broken driver in it
-        would come back with every rollback)."""
-        self._kept = [
-            *((vars(builtins), name, vars(builtins)[name]) for name in _KEPT_BUILTINS),
-            *((vars(builtins), name, vars(builtins).get(name)) for name in _KEPT_HELPERS),
-            *((vars(linecache), name, vars(linecache).get(name)) for name in _KEPT_LINECACHE),
-            (vars(builtins), DRIVER_NAME, self),
-            (vars(builtins), FLAG_NAME, self.flag),
-            (vars(self.main), DRIVER_NAME, self),
-            (sys.modules, "sandbox_kernel_driver", sys.modules.get("sandbox_kernel_driver")),
-        ]
-        self._methods = _ClassMethods(Driver)
-        self._shell_kept = []
-        self._shell_names = frozenset()
-        if self.shell is not None:  # its class and IPython's: methods a cell could replace
-            shell_class = type(self.shell)
-            self._shell_kept = [_ClassMethods(c, _SHELL_METHODS) for c in shell_class.__mro__[:2]]
-            self._shell_names = frozenset(
-                n for n in dir(shell_class) if callable(getattr(shell_class, n, None))
-            )
-
-    def repair(self) -> None:
-        """Put back what keep() remembered, and say so on stderr."""
-        repaired = []
-        for space, name, value in self._kept:
-            if value is not None and space.get(name, _MISSING) is not value:
-                space[name] = value
-                repaired.append(name)
-        own = vars(self)
-        for name in sorted(own.keys() & self._methods.methods.keys()):
-            del own[name]
-            repaired.append(f"{DRIVER_NAME}.{name}")
-        repaired.extend(self._methods.put_back())
-        repaired.extend(self._repair_shell())
-        repaired.extend(mend_streams())
-        if repaired:
-            warn(
-                "[sandbox] this cell replaced what the sandbox needs to run cells ("
-                + ", ".join(repaired)
-                + "): it was put back"
-            )
-
-    def _repair_shell(self) -> list[str]:
-        """Put back the shell's methods: on its class, and where the instance shadows one."""
-        repaired = [name for kept in self._shell_kept for name in kept.put_back()]
-        shell = self.shell
-        if shell is not None and not self._shell_names.isdisjoint(vars(shell)):
-            attributes = vars(shell)
-            for name in sorted(attributes.keys() & self._shell_names):
-                if not callable(attributes[name]) or name in _SHELL_METHODS:
-                    del attributes[name]
-                    repaired.append(f"get_ipython().{name}")
-        return repaired
-
-    # -- install -------------------------------------------------------------------------
-
-    def bind(self) -> None:
-        """Put the driver and the helpers where cells find them; uninstall() undoes it all."""
-        helpers = {
-            DRIVER_NAME: self,  # also here, so a cell that rebinds the name keeps loops working
-            FLAG_NAME: self.flag,
-            "display": self.display,
-            "input": self.input,
-            "llm_query": self.llm_query,
-            "llm_query_batched": self.llm_query_batched,
-            "rlm_query": self.rlm_query,
-            "chunk_text": chunk_text,
-            "search_context": self.search_context,
-        }
-        for name, value in helpers.items():
-            self._patch(builtins, name, value)
-        self._patch(self.main, DRIVER_NAME, self)
-        if "context" not in vars(self.main):
-            self._patch(self.main, "context", None)
-        self._patch(time, "sleep", self.sleep)
-        try:
-            import getpass
-        except ImportError:  # an image without it: nothing to patch
-            pass
-        else:
-            self._patch(getpass, "getpass", self.getpass)
-        backend = os.environ.get("MPLBACKEND")
-        os.environ["MPLBACKEND"] = "Agg"  # before any cell imports matplotlib
-        self._undo.append(lambda: _restore_env("MPLBACKEND", backend))
-        self.keep()
-        for stream in (sys.stdout, sys.stderr):  # so output streams while a cell runs
-            try:
-                buffered = stream.line_buffering
-                stream.reconfigure(line_buffering=True)
-            except Exception:  # a stream that is not a TextIOWrapper stays as it is
-                continue
-            self._undo.append(lambda s=stream, b=buffered: s.reconfigure(line_buffering=b))
-
-    def uninstall(self) -> None:
-        """Undo bind(): builtins, __main__, time.sleep, getpass, MPLBACKEND, stdout/stderr."""
-        while self._undo:
-            self._undo.pop()()
-
-    def _patch(self, target: Any, name: str, value: Any) -> None:
-        old = vars(target).get(name, _MISSING)
-        setattr(target, name, value)
-        self._undo.append(lambda: _restore(target, name, old))
-
-
-def _restore(target: Any, name: str, old: Any) -> None:
-    if old is _MISSING:
-        vars(target).pop(name, None)
-    else:
-        setattr(target, name, old)
-
-
-def _restore_env(name: str, old: str | None) -> None:
-    if old is None:
-        os.environ.pop(name, None)
-    else:
-        os.environ[name] = old
-
-
-def _loads(raw: bytes) -> Any:
-    try:
-        return json.loads(raw)
-    except ValueError:  # shown as a malformed answer by the caller
-        return None
 
 
 def _is_usage_error(exc: BaseException) -> bool:

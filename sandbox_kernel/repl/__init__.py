@@ -45,7 +45,7 @@ def create_repl(config: REPLConfig | None = None) -> ReplBackend:
 
         backend = "daemon" if daemon_answers(config.daemon_socket) else "wasm"
     if backend == "daemon":
-        from sandbox_kernel.repl.daemon_client import DaemonClientSandbox
+        from sandbox_kernel.repl.daemon.client import DaemonClientSandbox
 
         return DaemonClientSandbox(config)
     if backend == "native":

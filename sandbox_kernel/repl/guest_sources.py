@@ -21,6 +21,7 @@ from sandbox_kernel.host.guest_library import (
     PACKAGE_DATA,
     requirements_text,
 )
+from sandbox_kernel.repl.protocol import DRIVER_PARTS
 
 __all__ = [
     "GUEST_MODULES",
@@ -67,10 +68,7 @@ GUEST_MODULES = (
     ("sandbox_kernel_imports", "imports.py"),
     ("sandbox_kernel_numpy", "numpy64.py"),
     ("sandbox_kernel_introspect", "introspect.py"),
-    ("sandbox_kernel_streams", "streams.py"),
-    ("sandbox_kernel_bundles", "bundles.py"),
-    ("sandbox_kernel_cells", "cells.py"),
-    ("sandbox_kernel_helpers", "helpers.py"),
+    *DRIVER_PARTS,
     ("sandbox_kernel_driver", "driver.py"),
 )
 

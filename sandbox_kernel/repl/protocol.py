@@ -54,6 +54,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
     "DRIVER_NAME",
+    "DRIVER_PARTS",
     "ERROR_TYPES",
     "CellReply",
     "ErrorInfo",
@@ -65,6 +66,18 @@ __all__ = [
 ]
 
 DRIVER_NAME: Final = "__sandbox_kernel__"
+# The driver's parts (guest modules, files in sandbox_kernel/guest), in the order they load
+# before driver.py itself: the guest's loader, and Pyodide's worker, send them; under host
+# CPython driver.py loads its own copy of this list (tests/repl/test_driver_parts.py).
+DRIVER_PARTS: Final = (
+    ("sandbox_kernel_streams", "streams.py"),
+    ("sandbox_kernel_bundles", "bundles.py"),
+    ("sandbox_kernel_cells", "cells.py"),
+    ("sandbox_kernel_helpers", "helpers.py"),
+    ("sandbox_kernel_door", "door.py"),
+    ("sandbox_kernel_calls", "calls.py"),
+    ("sandbox_kernel_binding", "binding.py"),
+)
 # Exception types a host answer may ask the guest to raise; anything else is RuntimeError.
 ERROR_TYPES: Final = frozenset(
     {

@@ -12,7 +12,7 @@ native one is, and Node runs under its permission model as far as it goes:
 - not limited by Node 20: the network, signals to other processes, native addons.
 
 The child is `node pyodide_js/host.mjs ...`; its worker loads Pyodide and runs the native
-backend's own Python side (native_child.py and the cell driver) inside it, speaking the same
+backend's own Python side (native/child.py and the cell driver) inside it, speaking the same
 JSON-RPC protocol over the same four pipes. So everything above the process (bridges,
 streaming callbacks, timeout, cancel, get_variable, a hard stop that restarts and loses the
 state) is NativeReplSandbox's code. A soft cancel is SIGINT to Node, whose main thread sets
@@ -46,7 +46,8 @@ from sandbox_kernel.core.errors import SandboxExecutionError
 from sandbox_kernel.host.cache import cache_dir
 from sandbox_kernel.repl.models import REPLConfig
 from sandbox_kernel.repl.native import NativeReplSandbox
-from sandbox_kernel.repl.native_process import CHILD, DRIVER, Child
+from sandbox_kernel.repl.native.process import CHILD, DRIVER, Child
+from sandbox_kernel.repl.protocol import DRIVER_PARTS
 
 __all__ = [
     "PYODIDE_VERSION",
@@ -211,4 +212,5 @@ class PyodideReplSandbox(NativeReplSandbox):
             self.config.policy.guest_mount_path,
             str(requests_fd),
             str(replies_fd),
+            ",".join(file for _, file in DRIVER_PARTS),
         ]

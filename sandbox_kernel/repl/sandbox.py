@@ -36,7 +36,7 @@ from sandbox_kernel.host.artifacts import python_image
 from sandbox_kernel.host.memory_image import MemoryImage
 from sandbox_kernel.host.session import GuestSession, SessionConfig, TurnLimits, TurnOutcome
 from sandbox_kernel.repl import warm
-from sandbox_kernel.repl.base import BridgedSession
+from sandbox_kernel.repl.bridged import BridgedSession
 from sandbox_kernel.repl.folders import session_folders
 from sandbox_kernel.repl.guest_sources import (
     driver_source,

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from sandbox_kernel.repl.daemon import Daemon, DaemonSettings, daemon_status, stop_daemon
-from sandbox_kernel.repl.daemon_client import DaemonClientSandbox
-from sandbox_kernel.repl.daemon_protocol import DaemonUnavailable, connect, read_frame
+from sandbox_kernel.repl.daemon.client import DaemonClientSandbox
+from sandbox_kernel.repl.daemon.protocol import DaemonUnavailable, connect, read_frame
 from sandbox_kernel.repl.models import ExecutionStatus
 from tests.repl.conftest import repl_config
 from tests.repl.daemon_fixtures import (

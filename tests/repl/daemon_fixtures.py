@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from sandbox_kernel.repl.daemon import DaemonSettings, daemon_status, start_daemon, stop_daemon
-from sandbox_kernel.repl.daemon_client import DaemonClientSandbox
+from sandbox_kernel.repl.daemon.client import DaemonClientSandbox
 from tests.repl.conftest import repl_config
 
 

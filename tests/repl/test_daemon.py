@@ -12,7 +12,7 @@ from pathlib import Path
 
 from sandbox_kernel import REPLConfig, ReplSandbox, create_repl
 from sandbox_kernel.repl.daemon import daemon_status
-from sandbox_kernel.repl.daemon_client import DaemonClientSandbox
+from sandbox_kernel.repl.daemon.client import DaemonClientSandbox
 from sandbox_kernel.repl.models import ExecutionStatus
 from tests.repl.daemon_fixtures import (
     daemon_client,

@@ -7,9 +7,9 @@ import { dirname, join } from "node:path";
 import { pathToFileURL } from "node:url";
 import { workerData } from "node:worker_threads";
 
-const DRIVER_PARTS = ["streams.py", "bundles.py", "cells.py", "helpers.py"]; // driver.py's _PARTS
-const { indexURL, childPath, driverPath, workspace, mount, requestsFd, repliesFd, interrupt } =
-  workerData;
+// driverParts: the driver's part files (repl/protocol.py's DRIVER_PARTS), sent by the host.
+const { indexURL, childPath, driverPath, driverParts, workspace, mount, requestsFd, repliesFd,
+  interrupt } = workerData;
 
 // Pyodide's NODEFS reads open flags through process.binding("constants"), which Node's
 // permission model refuses; this gives it those constants and nothing else.
@@ -30,7 +30,7 @@ const LIB = "/lib/sandbox_kernel_pyodide";
 pyodide.FS.mkdirTree(LIB);
 pyodide.FS.writeFile(`${LIB}/native_child.py`, readFileSync(childPath));
 // The driver and its parts (guest/streams.py, bundles.py, ...), which it loads from its folder.
-for (const name of ["driver.py", ...DRIVER_PARTS]) {
+for (const name of ["driver.py", ...driverParts]) {
   pyodide.FS.writeFile(`${LIB}/${name}`, readFileSync(join(dirname(driverPath), name)));
 }
 

@@ -12,7 +12,7 @@ its door, so results, displays, llm_query, input and sleep behave alike. What di
   starts a fresh one: the state is lost, never rolled back (rolled_back False, rollbacks 0).
 - POSIX only: SIGINT is the soft interrupt and pipes are multiplexed with selectors.
 
-How the child is wired (see native_child.py for its side): four pipes. Two carry JSON-RPC 2.0,
+How the child is wired (see child.py for its side): four pipes. Two carry JSON-RPC 2.0,
 one object per line (REQUESTS parent -> child, REPLIES child -> parent), passed with pass_fds;
 the child's fd 1 and 2 are the other two. The thread inside execute() multiplexes the three
 pipes it reads; before it acts on any message it drains the output pipes, and everything the
@@ -38,8 +38,7 @@ from typing import Any
 
 from sandbox_kernel.core.errors import SandboxExecutionError
 from sandbox_kernel.core.output import CappedStream
-from sandbox_kernel.repl import native_child as rpc
-from sandbox_kernel.repl.base import BridgedSession
+from sandbox_kernel.repl.bridged import BridgedSession
 from sandbox_kernel.repl.bridges import Bridge
 from sandbox_kernel.repl.lines import LineSplitter
 from sandbox_kernel.repl.models import (
@@ -47,7 +46,8 @@ from sandbox_kernel.repl.models import (
     ExecutionStatus,
     REPLConfig,
 )
-from sandbox_kernel.repl.native_process import Child, Ended
+from sandbox_kernel.repl.native import child as rpc
+from sandbox_kernel.repl.native.process import Child, Ended
 from sandbox_kernel.repl.protocol import DRIVER_NAME, run_cell_turn
 from sandbox_kernel.repl.results import (
     ChildTurn,

@@ -1,6 +1,6 @@
 """The native backend's child process: its four pipes, JSON-RPC framing and lifetime.
 
-One `Child` is one plain CPython interpreter running native_child.py: two pipes carry JSON-RPC
+One `Child` is one plain CPython interpreter running native/child.py: two pipes carry JSON-RPC
 2.0 (requests parent -> child, replies child -> parent), two carry its fd 1 and 2. The reading
 side multiplexes them with selectors and drains output before acting on any message, so
 output stays in order with displays. UNSAFE like the backend it serves: no sandbox.
@@ -26,12 +26,12 @@ from typing import Any
 
 from sandbox_kernel.core.output import CappedStream
 from sandbox_kernel.core.stops import StopTurn
-from sandbox_kernel.repl import native_child as rpc
+from sandbox_kernel.repl.native import child as rpc
 
 __all__ = ["CHILD", "DRIVER", "SLICE_SECONDS", "Child", "Ended", "python_child"]
 
-CHILD = Path(__file__).resolve().with_name("native_child.py")
-DRIVER = Path(__file__).resolve().parent.parent / "guest" / "driver.py"
+CHILD = Path(__file__).resolve().with_name("child.py")
+DRIVER = Path(__file__).resolve().parents[2] / "guest" / "driver.py"
 SLICE_SECONDS = 0.02  # how soon a cancel or the deadline is noticed
 _READ_BYTES = 1 << 20
 _DRAIN_READS = 64  # per output pipe per message: a thread that never stops printing can't hold us
@@ -48,7 +48,7 @@ class Ended:
 
 
 def python_child(requests_fd: int, replies_fd: int) -> list[str]:
-    """The native backend's command: a plain CPython running native_child.py."""
+    """The native backend's command: a plain CPython running native/child.py."""
     return [sys.executable, "-u", "-P", str(CHILD), str(DRIVER), str(requests_fd), str(replies_fd)]
 
 
@@ -56,7 +56,7 @@ class Child:
     """One child interpreter: the process, its two JSON-RPC pipes and its two output pipes.
 
     `command(requests_fd, replies_fd)` is the child's argv: a plain CPython (python_child) or
-    Node.js running Pyodide (repl/pyodide.py); both speak native_child.py's protocol."""
+    Node.js running Pyodide (repl/pyodide.py); both speak native/child.py's protocol."""
 
     def __init__(
         self,

@@ -1,6 +1,6 @@
 """A daemon worker: one process, warmed before it is needed, that serves one client session.
 
-    python -m sandbox_kernel.repl.daemon_worker CONTROL_FD
+    python -m sandbox_kernel.repl.daemon.worker CONTROL_FD
 
 At start the worker warms itself (wasmtime imported, the compiled guest mapped from the disk
 cache, the warm image restored once and a cell run), then says {"op": "warm"} on its control
@@ -38,7 +38,7 @@ from typing import Any, Final
 from pydantic import ValidationError
 
 from sandbox_kernel.core.policy import ExecutionPolicy
-from sandbox_kernel.repl.daemon_protocol import (
+from sandbox_kernel.repl.daemon.protocol import (
     CALLBACKS,
     DATA_FIELDS,
     FrameError,
@@ -277,7 +277,7 @@ def _serve_one(control: socket.socket) -> int:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 2:
-        print("usage: python -m sandbox_kernel.repl.daemon_worker CONTROL_FD", file=sys.stderr)
+        print("usage: python -m sandbox_kernel.repl.daemon.worker CONTROL_FD", file=sys.stderr)
         return 2
     control = socket.socket(fileno=int(argv[1]))
     _warm_up()

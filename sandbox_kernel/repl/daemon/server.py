@@ -5,7 +5,7 @@
 It listens on a Unix socket (~/.rlm/daemon.sock by default, the seed's path; its folder is made
 0700, or must already be this user's own and writable by no one else, and the socket is 0600; its
 log is never opened through a link) and serves only its own user (SO_PEERCRED). It keeps `pool`
-worker processes warm (daemon_worker.py: wasmtime loaded, the guest mapped, the warm image restored
+worker processes warm (daemon/worker.py: wasmtime loaded, the guest mapped, the warm image restored
 once). A client's `open` takes a warm worker, which receives the client's connection itself
 (SCM_RIGHTS) and serves that one session; the daemon then starts a worker to refill the pool. The
 daemon never runs guest code and never relays a cell's bytes.
@@ -43,7 +43,7 @@ from typing import Any, BinaryIO, Final
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from sandbox_kernel.repl.daemon_protocol import (
+from sandbox_kernel.repl.daemon.protocol import (
     DaemonUnavailable,
     FrameError,
     default_socket,
@@ -268,7 +268,7 @@ class Daemon:
 
     def _spawn(self) -> None:
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        argv = [sys.executable, "-m", "sandbox_kernel.repl.daemon_worker", str(theirs.fileno())]
+        argv = [sys.executable, "-m", "sandbox_kernel.repl.daemon.worker", str(theirs.fileno())]
         process = subprocess.Popen(argv, pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL)
         theirs.close()
         worker = _Worker(process, mine)
@@ -457,7 +457,3 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     logger.info("daemon stopped: %s", settings.socket.expanduser())
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

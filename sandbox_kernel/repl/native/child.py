@@ -1,8 +1,8 @@
 """The native backend's child: a plain CPython that runs cells for NativeReplSandbox. UNSAFE.
 
-Started by sandbox_kernel/repl/native.py as
+Started by sandbox_kernel/repl/native/session.py as
 
-    python -u -P native_child.py DRIVER_PATH REQUESTS_FD REPLIES_FD
+    python -u -P native/child.py DRIVER_PATH REQUESTS_FD REPLIES_FD
 
 with stdin on /dev/null and fd 1 and 2 on pipes the parent reads. JSON-RPC 2.0, one object per
 line, runs over the two extra pipes (REQUESTS_FD: parent -> child, REPLIES_FD: child -> parent),
@@ -326,7 +326,7 @@ def serve_cells(channel: Channel, driver_path: str) -> int:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 4:
-        print("usage: native_child.py DRIVER_PATH REQUESTS_FD REPLIES_FD", file=sys.stderr)
+        print("usage: native/child.py DRIVER_PATH REQUESTS_FD REPLIES_FD", file=sys.stderr)
         return 2
     driver_path, read_fd, write_fd = argv[1], int(argv[2]), int(argv[3])
     for fd in (read_fd, write_fd):

@@ -30,7 +30,7 @@ from typing import Any, Final
 from sandbox_kernel.core.errors import SandboxExecutionError
 from sandbox_kernel.repl.base import ReplBackend
 from sandbox_kernel.repl.daemon import daemon_answers
-from sandbox_kernel.repl.daemon_protocol import (
+from sandbox_kernel.repl.daemon.protocol import (
     CALLBACKS,
     DATA_FIELDS,
     DaemonUnavailable,
