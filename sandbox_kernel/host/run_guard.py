@@ -18,7 +18,8 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import Any, Protocol
 
 import wasmtime
 
@@ -32,6 +33,7 @@ __all__ = [
     "GuardLimits",
     "OpenFile",
     "RunGuard",
+    "WriteGuard",
     "active_guard",
     "fuel_left",
     "guarding",
@@ -55,6 +57,8 @@ SIGNATURES: dict[str, tuple[str, ...]] = {
     "path_unlink_file": ("i32", "i32", "i32"),
     "path_symlink": ("i32", "i32", "i32", "i32", "i32"),
     "path_link": ("i32", "i32", "i32", "i32", "i32", "i32", "i32"),
+    "path_filestat_set_times": ("i32", "i32", "i32", "i32", "i64", "i64", "i32"),
+    "fd_filestat_set_times": ("i32", "i64", "i64", "i32"),
     "poll_oneoff": ("i32", "i32", "i32", "i32"),
 }
 FORWARDED = tuple(name for name in SIGNATURES if name != "poll_oneoff")
@@ -89,6 +93,18 @@ class OpenFile:
     fdflags: int
 
 
+class WriteGuard(Protocol):
+    """What must happen before the guest changes an existing file (overlay.py's Overlay: the
+    notebook's folder, whose files are shared with the user's). Each answers 0 to go on, or
+    a WASI errno (the refusal noted on the guard)."""
+
+    def before_write(
+        self, guard: RunGuard, caller: Any, fd: int, dirflags: int, path: bytes, truncate: bool
+    ) -> int: ...
+
+    def before_fd_change(self, guard: RunGuard, caller: Any, fd: int) -> int: ...
+
+
 @dataclass(frozen=True)
 class GuardLimits:
     max_open_files: int
@@ -117,6 +133,10 @@ class RunGuard:
     # not measured, as for a one-shot run); asked at most once per turn (wasi_quota.py).
     measure: Callable[[], int | None] | None = None
     measured_this_turn: bool = False
+    # The session's writable preopened folders by descriptor number (where a path under one
+    # lies on the host), and what guards changes to files the guest shares with the user.
+    preopen_roots: dict[int, Path] = field(default_factory=dict)
+    write_guard: WriteGuard | None = None
     _forwards: dict[str, Any] = field(default_factory=dict)
     _private: dict[str, Any] = field(default_factory=dict)
     _private_memory: Any = None

@@ -48,6 +48,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import wasmtime
 
@@ -74,7 +75,7 @@ from sandbox_kernel.host.memory_image import (
     image_buffer,
     memory_view,
 )
-from sandbox_kernel.host.run_guard import GuardLimits, RunGuard, guarding
+from sandbox_kernel.host.run_guard import GuardLimits, RunGuard, WriteGuard, guarding
 from sandbox_kernel.host.wasi_config import Preopen, make_wasi_config
 from sandbox_kernel.host.wasi_quota import ENTRY_COST_BYTES
 from sandbox_kernel.host.workspace import disk_growth, disk_usage
@@ -104,6 +105,7 @@ class SessionConfig:
     env: Mapping[str, str]
     memory_bytes: int
     guard: GuardLimits
+    write_guard: WriteGuard | None = None  # the notebook folder's overlay (overlay.py)
 
 
 @dataclass(frozen=True)
@@ -211,6 +213,10 @@ class GuestSession:
         previous = getattr(self, "_guard", None)
         self._guard = RunGuard(self.config.guard, None, cancel=threading.Event(), door=door)
         self._guard.measure = self._disk_growth
+        self._guard.write_guard = self.config.write_guard
+        self._guard.preopen_roots = {  # WASI numbers preopens from 3, in order
+            3 + index: Path(p.host).resolve() for index, p in enumerate(preopens) if p.writable
+        }
         if previous is not None:  # files outlive a rollback: so does what they count
             self._guard.bytes_written = previous.bytes_written
         with guarding(self._guard):

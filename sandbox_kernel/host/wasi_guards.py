@@ -9,6 +9,11 @@ epoch deadline. So these calls are shadowed:
                                        them, for a rollback: descriptors.py); refuse to open a
                                        FIFO, socket or device, whose open() or read() would
                                        block the host past every deadline and interrupt
+                                       and, with the notebook's folder as an overlay,
+                                       copy a file shared with the user's before the guest
+                                       may change it (overlay.py)
+    path_filestat_set_times,           the same copy first (by path), or a refusal (by an
+    fd_filestat_set_times              open descriptor of a shared file)
     fd_write, fd_pwrite, ...           file sizes and the session's workspace quota
                                        (wasi_quota.py)
     (fd_seek is wasmtime's own: a seek grows nothing, and reads past a cap must work)
@@ -66,6 +71,10 @@ EVENT = "<QHB5xQH6x"  # userdata, error, type, nbytes, flags
 CLOCK, FD_READ, FD_WRITE = 0, 1, 2
 ABSTIME = 1
 SLICE_SECONDS = 0.01
+O_TRUNC = 8  # WASI oflags
+# WASI rights that let a descriptor change its file (wasi-libc asks for them with O_WRONLY and
+# O_RDWR only): fd_write, fd_allocate, fd_filestat_set_size.
+WRITE_RIGHTS = (1 << 6) | (1 << 8) | (1 << 22)
 
 
 def trampoline_wat() -> str:
@@ -131,6 +140,13 @@ def _path_open(guard: RunGuard, caller: Any, *args: int) -> int:
     if guard.special_file(caller, fd, dirflags, path):
         detail = f"{path.decode(errors='replace')!r} is a FIFO, socket or device"
         return guard.refuse("fs_denied", detail, EACCES)
+    oflags, rights = args[4], args[5]
+    if guard.write_guard is not None and (oflags & O_TRUNC or rights & WRITE_RIGHTS):
+        refused = guard.write_guard.before_write(
+            guard, caller, fd, dirflags, path, bool(oflags & O_TRUNC)
+        )
+        if refused:
+            return refused
     errno = guard.forward(caller, "path_open", *args)
     if errno == 0:
         opened = read_open(caller, args)
@@ -141,6 +157,28 @@ def _path_open(guard: RunGuard, caller: Any, *args: int) -> int:
             if record.path == guard.start_path and guard.fuel_left_at_start is None:
                 guard.fuel_left_at_start = fuel_left(caller)  # the runner reads the script
     return errno
+
+
+def _path_filestat_set_times(guard: RunGuard, caller: Any, *args: int) -> int:
+    """New timestamps change a file's inode: a file shared with the user's is copied first."""
+    fd, dirflags, path_ptr, path_len = args[0], args[1], args[2] & MASK32, args[3] & MASK32
+    if guard.write_guard is not None:
+        if path_len > MAX_PATH_BYTES:
+            return EINVAL
+        path = bytes(caller["memory"].read(caller, path_ptr, path_ptr + path_len))
+        refused = guard.write_guard.before_write(guard, caller, fd, dirflags, path, False)
+        if refused:
+            return refused
+    return guard.forward(caller, "path_filestat_set_times", *args)
+
+
+def _fd_filestat_set_times(guard: RunGuard, caller: Any, fd: int, *rest: int) -> int:
+    """A descriptor of a file shared with the user's cannot be copied under it: refused."""
+    if guard.write_guard is not None:
+        refused = guard.write_guard.before_fd_change(guard, caller, fd)
+        if refused:
+            return refused
+    return guard.forward(caller, "fd_filestat_set_times", fd, *rest)
 
 
 def _fd_close(guard: RunGuard, caller: Any, fd: int) -> int:
@@ -217,5 +255,7 @@ _RULES: dict[str, Callable[..., int]] = {
     "fd_close": _fd_close,
     "fd_renumber": _fd_renumber,
     "poll_oneoff": _poll_oneoff,
+    "path_filestat_set_times": _path_filestat_set_times,
+    "fd_filestat_set_times": _fd_filestat_set_times,
     **wasi_quota.RULES,
 }

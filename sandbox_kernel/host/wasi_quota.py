@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from sandbox_kernel.host.run_guard import RunGuard
 
-__all__ = ["ENTRY_COST_BYTES", "RULES"]
+__all__ = ["ENTRY_COST_BYTES", "RULES", "charge"]
 
 EDQUOT, EFBIG = 19, 22  # WASI preview1 errno values
 MASK32 = 0xFFFFFFFF
@@ -56,10 +56,10 @@ def _grow(guard: RunGuard, caller: Any, fd: int, end: int) -> int | None:
         return _too_big(guard, end, fd)
     size = guard.file_size(caller, fd)
     growth = max(0, end - size) if size is not None else 0
-    return _charge(guard, growth)
+    return charge(guard, growth)
 
 
-def _charge(guard: RunGuard, growth: int) -> int | None:
+def charge(guard: RunGuard, growth: int) -> int | None:
     """EDQUOT when `growth` more bytes would pass the session's workspace quota; else count."""
     quota = guard.limits.workspace_max_bytes
     if guard.bytes_written + growth > quota:
@@ -82,7 +82,7 @@ def _path_entry(name: str) -> Callable[..., int]:
     """path_create_directory, path_symlink, path_link: a new entry costs ENTRY_COST_BYTES."""
 
     def rule(guard: RunGuard, caller: Any, *args: int) -> int:
-        refused = _charge(guard, ENTRY_COST_BYTES)
+        refused = charge(guard, ENTRY_COST_BYTES)
         if refused is not None:
             return refused
         errno = guard.forward(caller, name, *args)

@@ -227,6 +227,9 @@ class SandboxKernel(Kernel):
             await asyncio.to_thread(self._ready.join)
         if getattr(self, "repl", None) is None:
             raise RuntimeError("the sandbox session could not be made (the kernel's log says why)")
+        if announce and self.repl.folder_notes:  # the first cell says what the folders are
+            notes, self.repl.folder_notes = self.repl.folder_notes, []
+            self.out.stream("stderr", "".join(f"[sandbox] {note}\n" for note in notes))
 
     # -- requests ---------------------------------------------------------------------------
 

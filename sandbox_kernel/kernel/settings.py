@@ -21,9 +21,12 @@
                               off (always off in the guarded mode)
     SANDBOX_KERNEL_PIP_INDEX_URL  the one package index %pip reads (default PyPI); no pip
                               configuration of the host's is read
-    SANDBOX_KERNEL_NOTEBOOK_FOLDER  read-only (or 1, true, yes, on): the kernel's starting
-                              folder (the notebook's) is mounted read-only at /notebook and is
-                              the working folder, so relative data paths work; default off
+    SANDBOX_KERNEL_NOTEBOOK_FOLDER  how the guest sees the kernel's starting folder (Jupyter
+                              starts a kernel in the notebook's), at /notebook, its working
+                              folder: overlay (the default) reads every file there and writes
+                              to a layer beside them, never changing the user's files;
+                              read-only (or 1, true, yes, on); off (the working folder is the
+                              workspace, /app)
 
 The kernel's defaults suit notebooks (importing pandas within the fuel budget, room for
 DataFrames, numpy and pandas pre-imported); the library keeps the seeds' defaults.
@@ -37,11 +40,12 @@ import hashlib
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TypedDict
+from typing import Literal, TypedDict
 
 from pydantic import BaseModel, ConfigDict
 
 from sandbox_kernel.core.errors import FieldError, PolicyValidationError
+from sandbox_kernel.core.notebook_folder import layer_of
 from sandbox_kernel.core.policy import ExecutionPolicy, load_policy
 from sandbox_kernel.llm.config import LLMSettings
 from sandbox_kernel.llm.errors import LLMConfigError
@@ -80,7 +84,8 @@ class KernelSettings(BaseModel):
     guard_file: Path | None = None
     packages: bool = True  # %pip install (never in the guarded mode)
     package_index_url: str | None = None  # None: REPLConfig's default, PyPI
-    notebook_dir: Path | None = None  # mounted read-only at /notebook, the working folder
+    notebook_dir: Path | None = None  # shown at /notebook, the working folder
+    notebook_overlay: bool = False  # ... as a copy-on-write overlay, else read-only
 
     @classmethod
     def from_environment(
@@ -106,12 +111,16 @@ class KernelSettings(BaseModel):
         except LLMConfigError as exc:  # the kernel still starts; llm_query says what is wrong
             llm_error = str(exc)
         pip = _switch(env, "SANDBOX_KERNEL_PIP", default=True) and not data["guarded"]
-        mount = env.get("SANDBOX_KERNEL_NOTEBOOK_FOLDER", "").strip().lower()
-        notebook = here.resolve() if mount in ("read-only", *_YES) else None
+        mode = _notebook_mode(env)
+        notebook = here.resolve() if mode != "off" else None
+        if mode == "overlay":  # the layer is the guest's to write, as the workspace is
+            _refuse_guest_writable(source, layer_of(here), "policy files")
+            _refuse_guest_writable(data["guard_file"], layer_of(here), "the guard's lists")
         return cls(
             packages=pip,
             package_index_url=env.get("SANDBOX_KERNEL_PIP_INDEX_URL") or None,
             notebook_dir=notebook,
+            notebook_overlay=mode == "overlay",
             policy=policy,
             policy_source=source,
             workspace=policy.mount_host_dir,
@@ -133,6 +142,7 @@ class KernelSettings(BaseModel):
             stream_partial_lines=True,  # progress bars update while the cell runs
             packages=self.packages,
             notebook_dir=self.notebook_dir,
+            notebook_overlay=self.notebook_overlay,
             **callbacks,  # type: ignore[arg-type]
         )
 
@@ -184,6 +194,18 @@ def _policy_file(env: Mapping[str, str]) -> Path | None:
     xdg = env.get("XDG_CONFIG_HOME")
     user = (Path(xdg) if xdg else Path.home() / ".config") / "sandbox-kernel" / "policy.toml"
     return user if user.is_file() else None
+
+
+def _notebook_mode(env: Mapping[str, str]) -> Literal["overlay", "read-only", "off"]:
+    value = env.get("SANDBOX_KERNEL_NOTEBOOK_FOLDER", "").strip().lower()
+    if value in ("", "overlay"):
+        return "overlay"
+    if value in ("read-only", *_YES):
+        return "read-only"
+    if value in ("off", "0", "false", "no"):
+        return "off"
+    message = f"SANDBOX_KERNEL_NOTEBOOK_FOLDER={value!r}: expected overlay, read-only or off"
+    raise PolicyValidationError([FieldError("", message)])
 
 
 def guest_can_write(path: Path, workspace: Path) -> bool:

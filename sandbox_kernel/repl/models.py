@@ -114,6 +114,10 @@ class REPLConfig(BaseModel):
     # notebook's relative paths (pd.read_csv("data/x.csv")) read its own folder's files;
     # writes go to the workspace (/app). None: the working folder is the workspace.
     notebook_dir: Path | None = None
+    # True: notebook_dir is shown read-write as a copy-on-write overlay (host/overlay.py): the
+    # guest's writes, renames and deletes land in <notebook_dir>/.sandbox-kernel/layer, and
+    # the user's own files are never changed.
+    notebook_overlay: bool = False
     # The running total of the session's model usage (LLMService.configure sets it): each
     # execution reports the difference as CodeExecution.llm.
     llm_usage: Callable[[], LLMUsage] | None = None

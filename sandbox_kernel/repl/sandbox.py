@@ -34,6 +34,7 @@ from sandbox_kernel.core.errors import SandboxAbandoned, SandboxExecutionError
 from sandbox_kernel.core.results import LimitKind
 from sandbox_kernel.host.artifacts import python_image
 from sandbox_kernel.host.memory_image import MemoryImage
+from sandbox_kernel.host.overlay import Overlay
 from sandbox_kernel.host.session import GuestSession, SessionConfig, TurnLimits, TurnOutcome
 from sandbox_kernel.repl import warm
 from sandbox_kernel.repl.bridged import BridgedSession
@@ -104,6 +105,8 @@ class ReplSandbox(BridgedSession):
         self._abandoned = False  # abandon(): no turn runs any more
         self._destroyed = False
         self.rollbacks = 0
+        self.overlay: Overlay | None = None  # the notebook folder's, when it is shown as one
+        self.folder_notes: list[str] = []  # what the user should hear about the folders
         self.rebuilds = 0  # sessions started again because a cell broke the driver
         # Cells in a row whose driver never reported: a second one means the state the
         # rollbacks return to cannot run cells (an earlier cell damaged it), so it is rebuilt.
@@ -141,13 +144,16 @@ class ReplSandbox(BridgedSession):
         policy = self.config.policy
         self.workspace.mkdir(parents=True, exist_ok=True)
         self._scratch = tempfile.TemporaryDirectory(prefix="sandbox-kernel-repl-")
-        preopens, workdir = session_folders(self.config, self.workspace, Path(self._scratch.name))
+        folders = session_folders(self.config, self.workspace, Path(self._scratch.name))
+        preopens, workdir, self.overlay = folders.preopens, folders.workdir, folders.overlay
+        self.folder_notes = folders.notes
         ipython = self.config.ipython
         config = SessionConfig(
             preopens=preopens,
             env=policy.guest_env(),
             memory_bytes=policy.memory_bytes,
             guard=limits_from_policy(policy).guard,
+            write_guard=self.overlay,
         )
         image = python_image()
         self._session = GuestSession(image, config, self.bridge)

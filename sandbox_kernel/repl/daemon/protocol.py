@@ -81,6 +81,7 @@ DATA_FIELDS: Final = frozenset(
         "package_index_url",
         "stream_partial_lines",
         "notebook_dir",
+        "notebook_overlay",
     }
 )
 # The client's callbacks the worker stands in for (REPLConfig's on_<name>).

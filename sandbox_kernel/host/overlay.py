@@ -1,0 +1,367 @@
+"""The notebook's folder as a copy-on-write overlay: the guest reads every file there and may
+write, rename and delete, while the user's own files are never changed.
+
+The guest's working folder (/notebook) is a layer folder beside the user's files:
+
+    <notebook folder>/.sandbox-kernel/layer/      what the guest sees and changes
+    <notebook folder>/.sandbox-kernel/state.json  what the host linked (the guest cannot see it)
+
+At each session start `prepare_overlay` fills the layer with hard links to the folder's
+files (no copy, no space): a read reads the user's file as it is now. A link shares its file
+with the user's, so before the guest may change one (an open for writing or truncation, or
+new timestamps), the guard's shadow calls `Overlay.before_write`, which replaces the link
+with a private copy first (copy-up); the write then lands in the copy. Renames and deletes
+change the layer's names only. A file the guest wrote, renamed or deleted stays that way at
+the next start (state.json remembers what was linked); a file the user changed by replacing
+it is linked again, one the user deleted goes from the layer too.
+
+Never shown: names starting with "." (hidden files and folders: .git, .env, .ssh, .aws, the
+layer itself), known secret files (SECRET_NAMES: SSH and TLS keys, cloud credentials, key
+stores), links, FIFOs, sockets and devices, and beyond MAX_ENTRIES files. A folder that is
+the home folder, or holds it, is refused whole (OverlayRefused).
+
+How the guard knows a shared file: wasmtime's WASI reports as a file's inode the SipHash-1-3
+(keys 0, 0) of its host device and inode numbers (`wasi_inode`), so the set of the linked
+files' WASI inodes identifies them exactly, whatever name or folder the guest reaches them by.
+A shared file the guard cannot find on the host by the guest's path (a folder renamed after
+it was opened) is refused, never written.
+
+Must not import: sandbox_kernel.runtimes, repl, anything Jupyter.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import secrets
+import stat
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any, Final
+
+from sandbox_kernel.core.errors import SandboxError
+from sandbox_kernel.core.notebook_folder import STATE_FOLDER, layer_of
+from sandbox_kernel.host import wasi_quota
+from sandbox_kernel.host.run_guard import (
+    EACCES,
+    FILESTAT_NLINK_OFFSET,
+    FILESTAT_TYPE_OFFSET,
+    REGULAR_FILE,
+    RunGuard,
+)
+
+__all__ = [
+    "MAX_ENTRIES",
+    "SECRET_NAMES",
+    "STATE_FOLDER",
+    "Overlay",
+    "OverlayRefused",
+    "prepare_overlay",
+    "wasi_inode",
+]
+
+MAX_ENTRIES: Final = 20_000  # files and folders shown; a bigger tree shows its first ones
+# Names never shown, whatever folder they are in (case-insensitive, whole name).
+SECRET_NAMES: Final = re.compile(
+    r"(id_(rsa|dsa|ecdsa|ed25519)(_sk)?(\.pub)?|.*\.(pem|key|p12|pfx|jks|keystore|kdbx|ovpn"
+    r"|gpg|asc)|credentials(\.json|\.csv)?|client_secret.*\.json|service[-_]account.*\.json"
+    r"|token\.json|secrets?\.(toml|ya?ml|json)|htpasswd|netrc|_netrc|known_hosts"
+    r"|authorized_keys)",
+    re.IGNORECASE,
+)
+EINTR, EFBIG = 27, 22  # WASI preview1 errno values
+_CHUNK = 1 << 20
+_INODE_OFFSET = 8  # filestat: dev u64, ino u64, filetype u8, nlink u64, size u64, ...
+_MASK = 0xFFFFFFFFFFFFFFFF
+
+
+class OverlayRefused(SandboxError):
+    """The notebook's folder cannot be shown as an overlay (the reason says why)."""
+
+    def __init__(self, message: str, *, never_shown: bool = False) -> None:
+        super().__init__(message)
+        self.never_shown = never_shown  # True: not even read-only (the home folder)
+
+
+def _rotl(x: int, b: int) -> int:
+    return ((x << b) | (x >> (64 - b))) & _MASK
+
+
+def _siphash13(data: bytes) -> int:
+    """SipHash-1-3 with keys 0 and 0: Rust's DefaultHasher::new(), which wasmtime's WASI uses
+    for a file's inode."""
+    v0, v1, v2, v3 = 0x736F6D6570736575, 0x646F72616E646F6D, 0x6C7967656E657261, 0x7465646279746573
+
+    def rounds(count: int) -> None:
+        nonlocal v0, v1, v2, v3
+        for _ in range(count):
+            v0 = (v0 + v1) & _MASK
+            v1 = _rotl(v1, 13) ^ v0
+            v0 = _rotl(v0, 32)
+            v2 = (v2 + v3) & _MASK
+            v3 = _rotl(v3, 16) ^ v2
+            v0 = (v0 + v3) & _MASK
+            v3 = _rotl(v3, 21) ^ v0
+            v2 = (v2 + v1) & _MASK
+            v1 = _rotl(v1, 17) ^ v2
+            v2 = _rotl(v2, 32)
+
+    end = len(data) - len(data) % 8
+    for (word,) in struct.iter_unpack("<Q", data[:end]):
+        v3 ^= word
+        rounds(1)
+        v0 ^= word
+    last = (len(data) & 0xFF) << 56 | int.from_bytes(data[end:], "little")
+    v3 ^= last
+    rounds(1)
+    v0 ^= last
+    v2 ^= 0xFF
+    rounds(3)
+    return v0 ^ v1 ^ v2 ^ v3
+
+
+def wasi_inode(st: os.stat_result) -> int:
+    """The inode wasmtime's WASI reports for the host file whose stat is `st`."""
+    return _siphash13(struct.pack("<QQ", st.st_dev & _MASK, st.st_ino & _MASK))
+
+
+@dataclass
+class Overlay:
+    """A prepared layer: where it is, which of its files are the user's (by WASI inode), and
+    what was left out."""
+
+    real: Path
+    layer: Path
+    shared: frozenset[int]  # WASI inodes of the user's files linked into the layer
+    notes: list[str] = field(default_factory=list)
+
+    def before_write(
+        self, guard: RunGuard, caller: Any, fd: int, dirflags: int, path: bytes, truncate: bool
+    ) -> int:
+        """Before the guest changes the file at `path` (under `fd`): 0 to go on (a copy-up
+        done if it was the user's), else a WASI errno with the refusal noted."""
+        if guard.private_at_path(caller, "path_filestat_get", fd, dirflags, path, 0):
+            return 0  # nothing there (a new file): nothing of the user's to protect
+        raw = bytes(guard.private_memory.read(caller, 0, 64))
+        inode = struct.unpack_from("<Q", raw, _INODE_OFFSET)[0]
+        if raw[FILESTAT_TYPE_OFFSET] != REGULAR_FILE or inode not in self.shared:
+            return 0
+        if struct.unpack_from("<Q", raw, FILESTAT_NLINK_OFFSET)[0] < 2:
+            return 0  # the user's own link is gone: the layer's is the file's only name
+        host = self._find(guard, fd, path, inode)
+        shown = path.decode(errors="replace")
+        if host is None:
+            detail = f"{shown!r} is a file of the notebook's folder reached by a moved path"
+            return guard.refuse("fs_denied", detail, EACCES)
+        return _copy_up(guard, host, truncate, shown)
+
+    def before_fd_change(self, guard: RunGuard, caller: Any, fd: int) -> int:
+        """Before the guest changes a file through a descriptor it holds (its timestamps):
+        a file shared with the user's cannot be copied under an open descriptor, so that is
+        refused."""
+        if guard.private(caller, "fd_filestat_get", fd, 0):
+            return 0  # not a descriptor WASI knows: the call itself will say so
+        raw = bytes(guard.private_memory.read(caller, 0, 64))
+        inode = struct.unpack_from("<Q", raw, _INODE_OFFSET)[0]
+        links = struct.unpack_from("<Q", raw, FILESTAT_NLINK_OFFSET)[0]
+        if inode in self.shared and links >= 2:
+            detail = f"fd {fd} is a file of the notebook's folder: set its times by its path"
+            return guard.refuse("fs_denied", detail, EACCES)
+        return 0
+
+    def _find(self, guard: RunGuard, fd: int, path: bytes, inode: int) -> Path | None:
+        """The host path of the file the guest names, if it is the file with `inode` and lies
+        in one of the session's writable folders; None otherwise."""
+        parts: list[bytes] = [path]
+        seen = 0
+        while fd not in guard.preopen_roots:
+            opened = guard.files.get(fd)
+            if opened is None or seen > 64:
+                return None
+            parts.append(opened.path)
+            fd, seen = opened.dirfd, seen + 1
+        root = guard.preopen_roots[fd]
+        relative = PurePosixPath(*(p.decode("utf-8", "surrogateescape") for p in reversed(parts)))
+        host = Path(os.path.realpath(root / relative))
+        if not host.is_relative_to(root):
+            return None
+        try:
+            st = os.lstat(host)
+        except OSError:
+            return None
+        if not stat.S_ISREG(st.st_mode) or wasi_inode(st) != inode:
+            return None
+        return host
+
+
+def _copy_up(guard: RunGuard, host: Path, truncate: bool, shown: str) -> int:
+    """Replace the link at `host` with a private copy of its file (empty when the open will
+    truncate it anyway), bounded by the file cap, the quota and the turn's deadline."""
+    size = 0 if truncate else host.stat().st_size
+    if size > guard.limits.max_file_bytes:
+        detail = f"{shown!r}: a copy of {size:,} bytes is over the file cap"
+        return guard.refuse("file_size", detail, EFBIG)
+    refused = wasi_quota.charge(guard, size)
+    if refused is not None:
+        return refused
+    temporary = host.with_name(f".{host.name}.{secrets.token_hex(6)}.copy")
+    mode = host.stat().st_mode & 0o7777
+    try:
+        with contextlib.ExitStack() as stack:
+            out = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
+            stack.callback(os.close, out)
+            if not truncate:
+                source = os.open(host, os.O_RDONLY | os.O_NOFOLLOW)
+                stack.callback(os.close, source)
+                while chunk := os.read(source, _CHUNK):
+                    if guard.stopped():
+                        raise InterruptedError
+                    os.write(out, chunk)
+        os.replace(temporary, host)
+    except InterruptedError:
+        temporary.unlink(missing_ok=True)
+        return EINTR
+    except OSError:
+        temporary.unlink(missing_ok=True)
+        return guard.refuse("fs_denied", f"{shown!r} could not be copied", EACCES)
+    return 0
+
+
+# -- preparing the layer ---------------------------------------------------------------------
+
+
+def prepare_overlay(real: Path, exclude: tuple[Path, ...] = ()) -> Overlay:
+    """The layer for the folder `real`, brought up to date with it (see the module's text);
+    folders in `exclude` (the session's workspace, when it lies inside) are not shown.
+    OverlayRefused when the folder may not be shown this way."""
+    real = real.expanduser().resolve()
+    home = Path.home().resolve()
+    if real == Path("/") or home.is_relative_to(real):
+        raise OverlayRefused(
+            f"{real} is your home folder or holds it, which is never shown whole: put the "
+            "notebook in a folder of its own",
+            never_shown=True,
+        )
+    state = _private_folder(real / STATE_FOLDER)
+    layer = _private_folder(layer_of(real))
+    record_path = state / "state.json"
+    before = _read_record(record_path)
+    overlay = Overlay(real, layer, frozenset())
+    linked: dict[str, tuple[int, int]] = {}
+    shared: set[int] = set()
+    skipped = 0
+    left_out = {
+        str(p.resolve().relative_to(real)) for p in exclude if p.resolve().is_relative_to(real)
+    }
+    for relative, st in _shown_files(real, overlay.notes, left_out):
+        target = layer / relative
+        previous = before.pop(relative, None)
+        try:
+            current = os.lstat(target)
+        except FileNotFoundError:
+            current = None
+        if current is None and previous is not None:
+            linked[relative] = previous  # the guest deleted it: it stays deleted
+            continue
+        if current is not None and (current.st_dev, current.st_ino) != (st.st_dev, st.st_ino):
+            if previous is None or (current.st_dev, current.st_ino) != previous:
+                continue  # the guest's own file by that name: it wins
+            target.unlink()  # the user replaced the file: link the new one
+        if current is None or not os.path.samestat(current, st):
+            try:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                os.link(real / relative, target, follow_symlinks=False)
+            except OSError:
+                skipped += 1
+                continue
+        linked[relative] = (st.st_dev, st.st_ino)
+        shared.add(wasi_inode(st))
+    for relative, identity in before.items():  # gone from the folder: gone from the layer
+        target = layer / relative
+        with contextlib.suppress(OSError):
+            current = os.lstat(target)
+            if (current.st_dev, current.st_ino) == identity:
+                target.unlink()
+    if skipped:
+        overlay.notes.append(
+            f"{skipped} files could not be linked (another file system, or not yours)"
+        )
+    _write_record(record_path, linked)
+    overlay.shared = frozenset(shared)
+    return overlay
+
+
+def _private_folder(folder: Path) -> Path:
+    """`folder`, made 0700 if new; refused if it is a link or another user's."""
+    try:
+        folder.mkdir(mode=0o700, exist_ok=True)
+        st = os.lstat(folder)
+    except OSError as exc:
+        raise OverlayRefused(f"cannot make {folder}: {exc.strerror}") from None
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
+        raise OverlayRefused(f"{folder} is not a folder of yours (a link, or another user's)")
+    return folder
+
+
+def _shown_files(
+    real: Path, notes: list[str], left_out: set[str]
+) -> Iterator[tuple[str, os.stat_result]]:
+    """(relative path, stat) of every file the guest may see, folders first-come; folders
+    whose relative path is in `left_out` are skipped whole."""
+    count = 0
+    stack = [""]
+    while stack:
+        folder = stack.pop()
+        try:
+            entries = sorted(os.scandir(real / folder), key=lambda e: e.name)
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.name.startswith(".") or SECRET_NAMES.fullmatch(entry.name):
+                continue
+            if count >= MAX_ENTRIES:
+                notes.append(f"the folder has over {MAX_ENTRIES:,} entries: only the first shown")
+                return
+            relative = f"{folder}/{entry.name}" if folder else entry.name
+            if relative in left_out:
+                continue
+            if entry.is_dir(follow_symlinks=False):
+                count += 1
+                stack.append(relative)
+            elif entry.is_file(follow_symlinks=False):
+                count += 1
+                yield relative, entry.stat(follow_symlinks=False)
+
+
+def _read_record(path: Path) -> dict[str, tuple[int, int]]:
+    """What the last start linked: {relative path: (device, inode)}. Entries that are not
+    plain relative paths are dropped (the file is the host's, but a cloned folder could
+    carry one)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        with os.fdopen(fd) as handle:
+            raw = json.load(handle)
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(raw, dict):
+        return {}
+    record: dict[str, tuple[int, int]] = {}
+    for key, value in raw.items():
+        parts = PurePosixPath(str(key)).parts
+        if not parts or PurePosixPath(key).is_absolute() or ".." in parts:
+            continue
+        if isinstance(value, list) and len(value) == 2 and all(isinstance(v, int) for v in value):
+            record[str(key)] = (value[0], value[1])
+    return record
+
+
+def _write_record(path: Path, linked: dict[str, tuple[int, int]]) -> None:
+    temporary = path.with_name(f".state.{secrets.token_hex(6)}.json")
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        json.dump({k: list(v) for k, v in linked.items()}, handle)
+    os.replace(temporary, path)
