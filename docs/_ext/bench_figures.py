@@ -21,7 +21,6 @@ from typing import Any
 
 from docutils import nodes
 from sphinx.application import Sphinx
-from sphinx.errors import ExtensionError
 from sphinx.util.docutils import SphinxDirective
 
 RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results"
@@ -115,7 +114,7 @@ class BenchResults(SphinxDirective):
         name = self.arguments[0]
         path = RESULTS / f"{name}.json"
         if not path.is_file():
-            raise ExtensionError(f"no results for {name}: run python bench/{name}.py")
+            raise self.error(f"no results for {name}: run python bench/{name}.py")
         self.env.note_dependency(str(path))
         result = json.loads(path.read_text())
         machine = result["machine"]

@@ -127,6 +127,9 @@ def install(
     if imports is not None:  # corrections to the image's packages (imports.py)
         imports.after_import("numpy", sys.modules["sandbox_kernel_numpy"].patch)
         imports.after_import("tqdm.std", _without_monitor)
+        comms = sys.modules.get("sandbox_kernel_comms")  # the kernel's sessions (shell.py's)
+        if comms is not None:
+            imports.after_import("comm", comms.patch)
         for package, folder in (package_data or {}).items():
             imports.after_import(package, imports.extend_path(folder))
     for folder in (library, packages):
@@ -386,6 +389,15 @@ class Driver(Binding):
         found = isinstance(name, str) and name in namespace
         value = to_plain(namespace[name]) if found else None
         self.request("value", name=name, found=found, value=value)
+
+    def comm_handle(self, msg_type: str, message_json: str) -> None:
+        """A frontend's comm message, handled by the guest's comm manager (comms.py)."""
+        self.flag[0] = 0
+        sys.modules["sandbox_kernel_comms"].handle(msg_type, message_json)
+
+    def comm_info(self, target_name: str | None) -> None:
+        """The guest's open comms, for comm_info_reply (comms.py)."""
+        sys.modules["sandbox_kernel_comms"].info(target_name)
 
     def ping(self) -> None:
         """Answer the host's health check: this driver still runs and reaches the door."""

@@ -110,6 +110,9 @@ def start(driver: Any, main_module: Any) -> Any:
 
     config = Config()
     config.HistoryManager.hist_file = ":memory:"  # no file, no saving thread
+    # As under ipykernel, whose app's section is in the shell's config: libraries tell a
+    # notebook from a terminal by it (older tqdm.auto, plotly's renderers).
+    config.IPKernelApp = Config()
     os.environ["MPLBACKEND"] = INLINE_BACKEND  # as ipykernel: figures show below the cell
     asyncio.events.new_event_loop = asyncio.new_event_loop = _new_event_loop  # asyncio.run too
     shell = _shell_class(driver).instance(
@@ -124,7 +127,33 @@ def start(driver: Any, main_module: Any) -> Any:
     shell.register_magic_function(_pip_magic(driver), "line", "pip")
     shell.ast_transformers.append(driver.loop_checks())
     sys.modules["sandbox_kernel_speedups"].apply(shell)
+    _name_the_kernel(type(shell))
     return shell
+
+
+# The kernel is ipykernel's Kernel on the host (sandbox_kernel/kernel/kernel.py); this is the
+# version the guest names (tests/kernel/test_widgets.py checks it against the host's).
+IPYKERNEL_VERSION = (7, 4, 0)
+
+
+def _name_the_kernel(shell_class: Any) -> None:
+    """Say in the guest, as sys.modules does under ipykernel, that a Jupyter kernel runs these
+    cells: libraries tell a notebook from a terminal by `ipykernel.zmqshell` being loaded
+    (tqdm.auto picks its widget bar) and read `ipykernel.version_info` (ipywidgets then uses
+    the `comm` package, which is the sandbox's). Names only: the package has no submodules
+    to import but `zmqshell`, whose ZMQInteractiveShell is this session's shell class."""
+    import types
+
+    if "ipykernel" in sys.modules:
+        return
+    package = types.ModuleType("ipykernel", "The host's Jupyter kernel, named in the guest.")
+    package.__path__ = []
+    package.version_info = IPYKERNEL_VERSION
+    package.__version__ = ".".join(map(str, IPYKERNEL_VERSION))
+    zmqshell = types.ModuleType("ipykernel.zmqshell")
+    zmqshell.ZMQInteractiveShell = shell_class
+    package.zmqshell = zmqshell
+    sys.modules["ipykernel"], sys.modules["ipykernel.zmqshell"] = package, zmqshell
 
 
 def warm_tracebacks() -> None:

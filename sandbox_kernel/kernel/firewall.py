@@ -14,8 +14,10 @@ update_display_data, payloads, user_expressions, inspect replies) is reduced to:
     application/json, geo+json,            kept, with script URLs emptied
       vnd.dataresource+json
     vega, vega-lite, plotly JSON           kept, with script and absolute URLs emptied
-    anything else                          dropped: javascript and its aliases, widget and
-                                           bokeh/holoviews "exec" types, unknown types
+    widget-view+json                       kept: a model's id and version (the model's own
+                                           state passes widgets.py's rules on its comm)
+    anything else                          dropped: javascript and its aliases, bokeh and
+                                           holoviews "exec" types, unknown types
 
 and metadata to the keys frontends use for layout. Every item is capped at the policy's
 `display_max_bytes` in both modes. What was removed is named in `Shown.removed`, which the
@@ -54,6 +56,7 @@ MAX_DISPLAY_ID_CHARS = 256  # IPython makes 32 hex digits; a longer one is not i
 # Layout keys of per-MIME metadata that frontends read; anything else is dropped.
 METADATA_KEYS = frozenset({"width", "height", "unconfined", "needs_background", "expanded"})
 _BASE64 = re.compile(r"[A-Za-z0-9+/=\s]*")
+_WIDGET_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _VEGA_OR_PLOTLY = re.compile(r"application/vnd\.(vega(lite)?\.v\d+(\.\d+)*|plotly\.v\d+)\+json")
 _IMAGES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp", "image/bmp"})
 _JSON = frozenset({"application/json", "application/geo+json", "application/vnd.dataresource+json"})
@@ -270,8 +273,23 @@ def _spec(value: Any) -> tuple[str, Any, list[str]] | None:
     return "", clean, removed
 
 
+def _widget_view(value: Any) -> tuple[str, Any, list[str]] | None:
+    """A widget's view: the model's id and the protocol version, nothing else (the model
+    itself passed widgets.py's rules on its comm)."""
+    if not isinstance(value, dict) or not isinstance(value.get("model_id"), str):
+        return None
+    if not _WIDGET_ID.fullmatch(value["model_id"]):
+        return None
+    view = {"model_id": value["model_id"]}
+    for key in ("version_major", "version_minor"):
+        if isinstance(value.get(key), int):
+            view[key] = value[key]
+    return "", view, []
+
+
 _RULES: dict[str, Rule] = {
     "text/plain": _plain,
+    "application/vnd.jupyter.widget-view+json": _widget_view,
     "text/html": _markup("text/html", clean_html),
     "image/svg+xml": _markup("image/svg+xml", clean_svg),
     "text/latex": _markup("text/latex", clean_latex),

@@ -23,6 +23,7 @@ from traitlets import Float
 
 from sandbox_kernel import __version__
 from sandbox_kernel.kernel import magics, messages
+from sandbox_kernel.kernel.comms import KernelComms
 from sandbox_kernel.kernel.data_magics import DataMagics
 from sandbox_kernel.kernel.firewall import OutputFirewall
 from sandbox_kernel.kernel.publisher import Publisher
@@ -97,6 +98,8 @@ class SandboxKernel(Kernel):
         policy = self.settings.policy  # the guarded spec never trusts outputs (settings.py)
         self.firewall = OutputFirewall(policy.trust_outputs, policy.display_max_bytes)
         self.out = Publisher(self.firewall, self._send_iopub)
+        self.comms = KernelComms(self)  # ipywidgets: comms both ways, through widgets.py
+        self.comms.install()
         self._answered: Callable[[], None] | None = None  # a cell's run log line, for later
         # Why the model settings are unusable (llm_query and %sandbox say it), or None.
         self.llm_error: str | None = self.settings.llm_error
@@ -106,6 +109,8 @@ class SandboxKernel(Kernel):
             on_clear_output=self.out.clear_output,
             on_input=self._input,
             on_packages=self.runlog.record_packages,
+            on_comm=self.comms.publish,
+            on_parent=self.comms.parent,
         )
         if self.llm is not None:
             config = self.llm.configure(config)
@@ -293,12 +298,15 @@ class SandboxKernel(Kernel):
         plan = self.data.plan(code)  # %dataset and %%sql as guest code; the guarded check
         if plan.reply is not None:
             return self._magic_reply(plan.reply, count, silent)
-        self.out.begin(silent)
-        before = list_files(self.settings.workspace)
-        try:
-            execution, error, payload = await asyncio.to_thread(self._run, plan.code, count, silent)
-        finally:
-            self.out.silent = False
+        async with self.comms.ordered(self):  # after comm messages that came first (comms.py)
+            self.out.begin(silent)
+            before = list_files(self.settings.workspace)
+            try:
+                execution, error, payload = await asyncio.to_thread(
+                    self._run, plan.code, count, silent
+                )
+            finally:
+                self.out.silent = False
         if store_history and not silent:
             self._history.append((0, count, code))
         expressions: dict[str, Any] = {}
@@ -330,6 +338,7 @@ class SandboxKernel(Kernel):
         try:
             await super().execute_request(stream, ident, parent)
         finally:
+            self.set_parent(ident, parent, channel="shell")  # a comm's may have replaced it
             answered, self._answered = self._answered, None
             if answered is not None:
                 try:

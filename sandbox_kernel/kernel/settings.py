@@ -26,7 +26,8 @@
                               folder: overlay (the default) reads every file there and writes
                               to a layer beside them, never changing the user's files;
                               read-only (or 1, true, yes, on); off (the working folder is the
-                              workspace, /app)
+                              workspace, /app). Always off when the workspace is that folder
+                              or holds it (it is the guest's to write already)
 
 The kernel's defaults suit notebooks (importing pandas within the fuel budget, room for
 DataFrames, numpy and pandas pre-imported); the library keeps the seeds' defaults.
@@ -112,6 +113,8 @@ class KernelSettings(BaseModel):
             llm_error = str(exc)
         pip = _switch(env, "SANDBOX_KERNEL_PIP", default=True) and not data["guarded"]
         mode = _notebook_mode(env)
+        if here.resolve().is_relative_to(workspace):
+            mode = "off"  # the folder is the workspace's already, read-write at /app
         notebook = here.resolve() if mode != "off" else None
         if mode == "overlay":  # the layer is the guest's to write, as the workspace is
             _refuse_guest_writable(source, layer_of(here), "policy files")

@@ -24,7 +24,7 @@ from typing import Any
 from sandbox_kernel.core.stops import StopTurn
 from sandbox_kernel.host.guest_library import GUEST_PYTHON
 from sandbox_kernel.repl import protocol
-from sandbox_kernel.repl.models import DisplayMessage, REPLConfig
+from sandbox_kernel.repl.models import CommMessage, DisplayMessage, REPLConfig
 from sandbox_kernel.repl.protocol import CellReply, error_answer, ok_answer
 
 __all__ = ["Bridge", "escalate_after", "stop_check"]
@@ -197,6 +197,24 @@ class Bridge:
         except Exception as exc:
             return error_answer("RuntimeError", f"on_display failed: {_describe(exc)}")
         return ok_answer()
+
+    def _op_comm(self, request: dict[str, Any]) -> bytes:
+        """A guest comm's message for the frontend (comm_open, comm_msg, comm_close)."""
+        try:
+            message = CommMessage.model_validate(request)
+        except ValueError as exc:
+            return error_answer("ValueError", f"malformed comm message: {_describe(exc)}")
+        if self.config.on_comm is not None:
+            try:
+                self.config.on_comm(message)
+            except Exception as exc:
+                return error_answer("RuntimeError", f"on_comm failed: {_describe(exc)}")
+        return ok_answer()
+
+    def _op_parent(self, request: dict[str, Any]) -> bytes:
+        """Which request the guest is answering ({"header": ...}; {} outside a kernel)."""
+        callback = self.config.on_parent
+        return ok_answer(callback() if callback is not None else {})
 
     def _op_clear_output(self, request: dict[str, Any]) -> bytes:
         callback = self.config.on_clear_output

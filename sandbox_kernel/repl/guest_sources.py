@@ -81,6 +81,7 @@ SHELL_MODULES = (
     ("sandbox_kernel_speedups", "speedups.py"),  # IPython's repeated work, done once
     ("sandbox_kernel_shell", "shell.py"),
     ("sandbox_kernel_packages", "packages.py"),
+    ("sandbox_kernel_comms", "comms.py"),  # ipywidgets and every comm: the door's
 )
 PACKAGES_FOLDER = ".packages"  # %pip's, in the workspace
 NOTEBOOK_PATH = "/notebook"  # REPLConfig.notebook_dir, read-only, the working folder

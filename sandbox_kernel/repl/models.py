@@ -10,7 +10,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PositiveInt
+from pydantic import AfterValidator, Base64Bytes, BaseModel, ConfigDict, Field, PositiveInt
 
 from sandbox_kernel.core.policy import ExecutionPolicy
 from sandbox_kernel.core.results import WheelRecord
@@ -18,6 +18,7 @@ from sandbox_kernel.core.usage import LLMUsage
 
 __all__ = [
     "CodeExecution",
+    "CommMessage",
     "DisplayMessage",
     "ExecutionStatus",
     "REPLConfig",
@@ -55,6 +56,18 @@ class DisplayMessage(BaseModel):
     metadata: dict[str, Any] = Field(default_factory=dict)
     transient: dict[str, Any] = Field(default_factory=dict)
     update: bool = False
+
+
+class CommMessage(BaseModel):
+    """A guest comm's message for the frontend: a comm_open (content has target_name),
+    comm_msg or comm_close, its content ({"comm_id", "data", ...}) and binary buffers."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    msg_type: Literal["comm_open", "comm_msg", "comm_close"]
+    content: dict[str, Any]
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    buffers: list[Base64Bytes] = Field(default_factory=list)
 
 
 class REPLConfig(BaseModel):
@@ -98,6 +111,11 @@ class REPLConfig(BaseModel):
     # of on_display. on_clear_output(wait) for IPython's clear_output.
     on_display_message: Callable[[DisplayMessage], None] | None = None
     on_clear_output: Callable[[bool], None] | None = None
+    # Comms (ipywidgets): on_comm hears each guest comm's message for the frontend (None:
+    # dropped); on_parent answers which request the guest is answering ({"header": {...}},
+    # as a kernel's get_parent()), for the Output widget.
+    on_comm: Callable[[CommMessage], None] | None = None
+    on_parent: Callable[[], dict[str, Any]] | None = None
     # Cells run through IPython inside the guest (magics, `obj?`, top-level await, Out/_N):
     # the kernel's sessions. Needs the guest library (host/guest_library.py).
     ipython: bool = False

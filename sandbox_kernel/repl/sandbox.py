@@ -26,7 +26,7 @@ import contextlib
 import tempfile
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +51,7 @@ from sandbox_kernel.repl.models import (
     REPLConfig,
 )
 from sandbox_kernel.repl.protocol import DRIVER_NAME, run_cell_turn
+from sandbox_kernel.repl.queries import GuestCalls, Streams
 from sandbox_kernel.repl.results import (
     REBUILD_NOTE,
     ROLLBACK_NOTE,
@@ -84,7 +85,7 @@ _SETUP_OUTPUT_BYTES = 1_000_000  # what a failed setup says, for its error
 HELPER_OUTPUT_BYTES = 64 * 1024
 
 
-class ReplSandbox(BridgedSession):
+class ReplSandbox(GuestCalls, BridgedSession):
     """A persistent sandboxed Python session (the wasm backend)."""
 
     def __init__(self, config: REPLConfig | None = None) -> None:
@@ -280,22 +281,30 @@ class ReplSandbox(BridgedSession):
         on_stdout: Callable[[str], None] | None,
         on_stderr: Callable[[str], None] | None,
     ) -> TurnOutcome:
+        with self._streamed(on_stdout, on_stderr) as limits:
+            return self._cancellable_turn(session, run_cell_turn(number, code), limits, cell=number)
+
+    @contextlib.contextmanager
+    def _streamed(
+        self, on_stdout: Callable[[str], None] | None, on_stderr: Callable[[str], None] | None
+    ) -> Iterator[TurnLimits]:
+        """The policy's limits for a turn whose output goes to the callbacks (else to the
+        config's), as whole lines or as it comes (stream_partial_lines)."""
         config, policy = self.config, self.config.policy
         stdout_callback = on_stdout or config.on_stdout
         stderr_callback = on_stderr or config.on_stderr
         partial = config.stream_partial_lines
         out = LineSplitter(stdout_callback, partial=partial) if stdout_callback else None
         err = LineSplitter(stderr_callback, partial=partial) if stderr_callback else None
-        limits = TurnLimits(
-            fuel=policy.fuel_budget,
-            timeout_seconds=policy.timeout_seconds,
-            stdout_max_bytes=policy.stdout_max_bytes,
-            stderr_max_bytes=policy.stderr_max_bytes,
-            on_stdout=out.feed if out else None,
-            on_stderr=err.feed if err else None,
-        )
         try:
-            return self._cancellable_turn(session, run_cell_turn(number, code), limits, cell=number)
+            yield TurnLimits(
+                fuel=policy.fuel_budget,
+                timeout_seconds=policy.timeout_seconds,
+                stdout_max_bytes=policy.stdout_max_bytes,
+                stderr_max_bytes=policy.stderr_max_bytes,
+                on_stdout=out.feed if out else None,
+                on_stderr=err.feed if err else None,
+            )
         finally:
             for splitter in (out, err):
                 if splitter is not None:
@@ -427,44 +436,30 @@ class ReplSandbox(BridgedSession):
             "last_capture_bytes": session.last_capture_bytes if session is not None else 0,
         }
 
-    # -- variables ---------------------------------------------------------------------------
-
-    def complete(self, code: str, cursor_pos: int) -> dict[str, Any]:
-        """Jupyter complete_reply content, computed in the guest ({} when it failed)."""
-        call = f"{DRIVER_NAME}.complete({code!r}, {int(cursor_pos)})"
-        found, value = self._host_call("__complete__", call)
-        return dict(value) if found and isinstance(value, dict) else {}
-
-    def inspect(self, code: str, cursor_pos: int, detail_level: int = 0) -> dict[str, Any]:
-        """Jupyter inspect_reply content (signature and docstring), computed in the guest."""
-        call = f"{DRIVER_NAME}.inspect({code!r}, {int(cursor_pos)}, {int(detail_level)})"
-        found, value = self._host_call("__inspect__", call)
-        return dict(value) if found and isinstance(value, dict) else {}
-
-    def evaluate(self, expressions: dict[str, str]) -> dict[str, Any]:
-        """Jupyter's user_expressions: each expression's MIME bundle or error, evaluated in
-        one call (an interrupt or the time limit ends them all: the rest say so)."""
-        call = f"{DRIVER_NAME}.evaluate({dict(expressions)!r})"
-        found, value = self._host_call("__expressions__", call)
-        answers = value if found and isinstance(value, dict) else {}
-        stopped = {"status": "error", "ename": "KeyboardInterrupt", "evalue": "not evaluated"}
-        return {key: answers.get(key, stopped) for key in expressions}
-
-    def _host_call(self, key: str, call: str) -> tuple[bool, Any]:
+    def _host_call(self, key: str, call: str, streams: Streams | None = None) -> tuple[bool, Any]:
         """A call of ours into the guest that runs the user's objects' code (their __dir__,
-        __repr__, properties): under the policy's fuel and time, ended by cancel() as a cell
-        is, its output dropped. A guest failure is (False, None), never an exception (after
-        abandon(), SandboxAbandoned: the caller's doing); a hard stop rolls the session back
-        as a cell's does."""
+        __repr__, properties, a widget's handlers): under the policy's fuel and time, ended
+        by cancel() as a cell is. Its output is dropped, or with `streams` (stdout and
+        stderr callbacks) shown, and what it changed kept in the rollback image, as a
+        cell's. A guest failure is (False, None), never an exception (after abandon(),
+        SandboxAbandoned: the caller's doing); a hard stop rolls the session back as a
+        cell's does."""
         with self._lock:
             if self._session is None:
                 self.initialize()
             session = self._session_or_fail()
-            outcome = self._bounded_turn(call, value=key)
+            if streams is None:
+                outcome = self._bounded_turn(call, value=key)
+            else:
+                self._join_capture()
+                with self._streamed(*streams) as limits:
+                    outcome = self._cancellable_turn(session, call, limits, value=key)
             found, value = self.bridge.values.pop(key, (False, None))
             if outcome.trapped:
                 self._rolled_back(session, outcome, self._count)
                 return False, None
+            if streams is not None:
+                self._start_capture(session)
             return found, value
 
     def _bounded_turn(self, source: str, **expect: Any) -> TurnOutcome:
@@ -480,10 +475,3 @@ class ReplSandbox(BridgedSession):
             stderr_max_bytes=HELPER_OUTPUT_BYTES,
         )
         return self._cancellable_turn(session, source, limits, **expect)
-
-    def get_variable(self, name: str) -> Any:
-        """The variable's value as plain Python (JSON-able; DataFrames as records), or None."""
-        if not isinstance(name, str) or not name.isidentifier():
-            raise ValueError(f"not a variable name: {name!r}")
-        found, value = self._host_call(name, f"{DRIVER_NAME}.get_variable({name!r})")
-        return value if found else None

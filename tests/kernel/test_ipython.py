@@ -257,10 +257,13 @@ def test_history_reads_this_session(kernel: RunningKernel) -> None:
     assert recalled["text"] == "hist_alpha = 1"
 
 
-def test_working_folder_is_the_workspace(kernel: RunningKernel) -> None:
-    assert kernel.run_ok("%pwd").result() == "'/app'"
+def test_working_folder_is_the_notebooks(kernel: RunningKernel) -> None:
+    """The notebook's folder, as an overlay: a relative write lands in its layer."""
+    assert kernel.run_ok("%pwd").result() == "'/notebook'"
     kernel.run_ok("%%writefile relative.txt\nfrom a cell")
-    assert (kernel.workspace / "relative.txt").read_text() == "from a cell\n"
+    layer = kernel.root / ".sandbox-kernel" / "layer"
+    assert (layer / "relative.txt").read_text() == "from a cell\n"
+    assert not (kernel.root / "relative.txt").exists()
     assert kernel.run_ok("open('relative.txt').read()").result() == "'from a cell\\n'"
 
 

@@ -48,12 +48,18 @@ def test_pip_is_on_in_the_kernel_and_off_when_guarded_or_asked(tmp_path: Path) -
     assert guarded.repl_config().packages is False
 
 
-def test_the_notebook_folder_is_mounted_only_when_asked(tmp_path: Path) -> None:
-    assert _switches(tmp_path).repl_config().notebook_dir is None
-    asked = _switches(tmp_path, SANDBOX_KERNEL_NOTEBOOK_FOLDER="read-only")
-    assert asked.repl_config().notebook_dir == tmp_path.resolve()
-    # A typo grants nothing.
-    assert _switches(tmp_path, SANDBOX_KERNEL_NOTEBOOK_FOLDER="read-write").notebook_dir is None
+def test_the_notebook_folder_is_an_overlay_unless_asked_otherwise(tmp_path: Path) -> None:
+    default = _switches(tmp_path).repl_config()
+    assert default.notebook_dir == tmp_path.resolve() and default.notebook_overlay
+    asked = _switches(tmp_path, SANDBOX_KERNEL_NOTEBOOK_FOLDER="read-only").repl_config()
+    assert asked.notebook_dir == tmp_path.resolve() and not asked.notebook_overlay
+    assert _switches(tmp_path, SANDBOX_KERNEL_NOTEBOOK_FOLDER="off").notebook_dir is None
+    # The folder that is the workspace is the guest's already: no overlay of it.
+    same = _switches(tmp_path, SANDBOX_KERNEL_WORKSPACE=str(tmp_path))
+    assert same.notebook_dir is None
+    # A typo is an error that names the setting, not a guess.
+    with pytest.raises(PolicyValidationError, match="SANDBOX_KERNEL_NOTEBOOK_FOLDER"):
+        _switches(tmp_path, SANDBOX_KERNEL_NOTEBOOK_FOLDER="read-write")
 
 
 # -- where a policy file may come from (never beside the notebook, never the guest's) ----------

@@ -1,7 +1,7 @@
-"""A notebook's relative data paths (`pd.read_csv("data/x.csv")`): with
-SANDBOX_KERNEL_NOTEBOOK_FOLDER=read-only the kernel's starting folder (Jupyter starts a kernel
+"""A notebook's relative data paths (`pd.read_csv("data/x.csv")`) with
+SANDBOX_KERNEL_NOTEBOOK_FOLDER=read-only: the kernel's starting folder (Jupyter starts a kernel
 in the notebook's folder) is mounted read-only at /notebook and is the working folder; writes
-still go to the workspace. Off by default: then the working folder is /app.
+go to the workspace. The default, the overlay, is test_notebook_overlay.py's.
 """
 
 from __future__ import annotations
@@ -41,18 +41,5 @@ def test_relative_paths_read_the_notebooks_folder(tmp_path: Path) -> None:
         assert link.status == "error", link.describe()
         assert "host file" not in str(link.describe())
         assert kernel.run_ok("6 * 7").result() == "42"
-    finally:
-        kernel.shutdown()
-
-
-def test_off_by_default(tmp_path: Path) -> None:
-    root = tmp_path / "nb"
-    _notebook_folder(root)
-    kernel = start_kernel(root)
-    try:
-        assert kernel.run_ok("%pwd").result() == "'/app'"
-        missing = kernel.run("open('data/x.csv').read()")
-        assert missing.reply["ename"] == "FileNotFoundError", missing.describe()
-        assert kernel.run("import os; os.listdir('/notebook')").status == "error"
     finally:
         kernel.shutdown()

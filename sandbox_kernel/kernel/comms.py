@@ -1,0 +1,159 @@
+"""Comms between the page and the guest (ipywidgets), for the kernel.
+
+    page -> guest   comm_open, comm_msg and comm_close on the shell channel: each is handed
+                    to the guest's comm manager as a turn of its own (ReplSandbox.deliver_comm:
+                    the policy's fuel and time, ended by an interrupt, rolled back if it must
+                    be stopped); what the handler prints or displays goes out with the message
+                    as its parent, as ipykernel's does (an Output widget captures it)
+    page <- guest   a guest comm's messages (REPLConfig.on_comm) through the widget firewall
+                    (widgets.py) to IOPub, with their buffers
+    comm_info_request   the guest's open comms
+
+A slider moved while a cell runs is handled after the cell, and every comm message and cell
+in the order they came, as a synchronous cell on ipykernel has it: ipykernel 7 dispatches a
+comm message that arrives during a cell at once (for async cells), and a cell here runs on a
+thread, so the kernel orders them itself (`gate`, which cells take too). A message from the
+page over MAX_INBOUND_BYTES is dropped (logged).
+
+Must not import: wasmtime.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any, Final
+
+from sandbox_kernel.kernel.firewall import removal_note
+from sandbox_kernel.kernel.streams import StreamPublisher
+from sandbox_kernel.kernel.widgets import WidgetFirewall
+from sandbox_kernel.repl.models import CommMessage
+
+if TYPE_CHECKING:
+    from sandbox_kernel.kernel.kernel import SandboxKernel
+
+__all__ = ["KernelComms"]
+
+MAX_INBOUND_BYTES: Final = 16 * 1024 * 1024
+COMM_TYPES: Final = ("comm_open", "comm_msg", "comm_close")
+
+
+class KernelComms:
+    """The kernel's comm handlers and its publishing of guest comms."""
+
+    def __init__(self, kernel: SandboxKernel) -> None:
+        self.kernel = kernel
+        self.firewall = WidgetFirewall(kernel.firewall)
+        # Cells and comm messages into the guest, one at a time in the order they came
+        # (asyncio's Lock wakes its waiters first come, first served).
+        self.gate = asyncio.Lock()
+
+    def install(self) -> None:
+        """Handle the comm messages on the kernel's shell channel."""
+        handlers = self.kernel.shell_handlers
+        for msg_type in COMM_TYPES:
+            handlers[msg_type] = self._handler(msg_type)
+        handlers["comm_info_request"] = self.comm_info_request
+
+    # -- guest -> page -----------------------------------------------------------------------
+
+    def publish(self, message: CommMessage) -> None:
+        """A guest comm's message (on the thread that runs the guest), through the firewall."""
+        kernel = self.kernel
+        if kernel.out.silent:
+            return
+        kernel.out.flush()  # what the cell printed before comes first
+        admitted, removed = self.firewall.admit(message)
+        if removed:
+            kernel.out.removed.extend(removed)
+            kernel.out.stream("stderr", removal_note(tuple(removed)))
+        if admitted is None:
+            return
+        kernel.send_response(
+            kernel.iopub_socket,
+            message.msg_type,
+            admitted.content,
+            buffers=admitted.buffers or None,
+            metadata=admitted.metadata,
+        )
+
+    def parent(self) -> dict[str, Any]:
+        """The request the guest is answering now, as a kernel's get_parent() gives it."""
+        header = self.kernel.get_parent("shell").get("header") or {}
+        return {
+            "header": {"msg_id": header.get("msg_id", ""), "msg_type": header.get("msg_type", "")}
+        }
+
+    @contextlib.asynccontextmanager
+    async def ordered(self, kernel: Any) -> AsyncIterator[None]:
+        """A cell's turn at the gate. ipykernel runs a comm message that came during a cell
+        as a task of its own and, when it ends, sets the shell's parent back to what it was
+        when the message came: for a cell that was waiting here, another cell's. So the
+        cell's own parent is set again once the gate is passed."""
+        parent = kernel.get_parent("shell")
+        ident = kernel._get_shell_context_var(kernel._shell_parent_ident)
+        async with self.gate:
+            kernel.set_parent(ident, parent, channel="shell")
+            yield
+
+    # -- page -> guest -----------------------------------------------------------------------
+
+    def _handler(self, msg_type: str) -> Any:
+        async def handle(stream: Any, ident: Any, parent: dict[str, Any]) -> None:
+            await self.deliver(msg_type, parent)
+
+        return handle
+
+    async def deliver(self, msg_type: str, parent: dict[str, Any]) -> None:
+        kernel = self.kernel
+        buffers = [base64.b64encode(bytes(b)).decode("ascii") for b in parent.get("buffers") or ()]
+        size = sum(len(b) for b in buffers) + len(str(parent.get("content")))
+        if size > MAX_INBOUND_BYTES:
+            kernel.log.warning("a %s of %d bytes from the frontend was dropped", msg_type, size)
+            return
+        try:
+            await kernel._session_ready()
+        except Exception:
+            kernel.log.exception("no session to deliver a %s to", msg_type)
+            return
+        message = {
+            "header": dict(parent.get("header") or {}),
+            "parent_header": dict(parent.get("parent_header") or {}),
+            "metadata": dict(parent.get("metadata") or {}),
+            "content": dict(parent.get("content") or {}),
+            "buffers": buffers,
+        }
+        parent_now = kernel.get_parent("shell")
+        async with self.gate:
+            kernel.out.begin(silent=False)
+            with StreamPublisher(kernel._send_stream, parent_now) as streams:
+                kernel.out.streams = streams
+                try:
+                    await asyncio.to_thread(
+                        kernel.repl.deliver_comm,
+                        msg_type,
+                        message,
+                        (streams.stdout, streams.stderr),
+                    )
+                except Exception:
+                    kernel.log.exception("a %s could not be delivered", msg_type)
+                finally:
+                    kernel.out.streams = None
+
+    async def comm_info_request(self, stream: Any, ident: Any, parent: dict[str, Any]) -> None:
+        kernel = self.kernel
+        target = (parent.get("content") or {}).get("target_name")
+        comms: dict[str, dict[str, str]] = {}
+        try:
+            await kernel._session_ready()
+            comms = await asyncio.to_thread(
+                kernel.repl.comm_info, target if isinstance(target, str) else None
+            )
+        except Exception:  # a reply always goes: no comms
+            kernel.log.exception("sandbox-kernel could not list the comms")
+        content = {"status": "ok", "comms": comms}
+        session = kernel.session
+        if session is not None:
+            session.send(stream, "comm_info_reply", content, parent, ident)

@@ -1,0 +1,161 @@
+"""Attacks through widgets and comms, on a real kernel: HTML in a widget's value or description,
+a model that loads its own code (anywidget's _esm) or names a view module by URL, a comm
+target nobody vouches for, a flood of comm messages from the guest, a 100 MB buffer, a storm
+of frontend messages while a cell runs, and a handler that never returns. Each must leave no
+script in what reaches the frontend, tell the user what was dropped, keep the kernel's
+memory bounded and the session working.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.kernel.conftest import Execution, RunningKernel, start_kernel
+from tests.kernel.test_widgets import comm_send, opened, update
+
+SCRIPT = '<img src=x onerror="window.top.__pwned=1"><script>window.top.__pwned=1</script>'
+NOTE = "[sandbox] the output firewall removed"
+
+
+@pytest.fixture(scope="module")
+def kernel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningKernel]:
+    running = start_kernel(
+        tmp_path_factory.mktemp("widget-attacks"),
+        policy="[policy]\ntimeout_seconds = 20\nfuel_budget = 200_000_000_000\n",
+    )
+    running.run_ok("import ipywidgets as w, traitlets")
+    yield running
+    running.shutdown()
+
+
+def _comms(execution: Execution) -> str:
+    """Every comm message the page got, as text (the note and the inert text/plain repr
+    may name what was removed)."""
+    return repr([out.content for out in execution.outputs if out.msg_type.startswith("comm_")])
+
+
+def test_html_in_a_widget_is_sanitized(kernel: RunningKernel) -> None:
+    made = kernel.run_ok(f"w.HTML({SCRIPT!r})")
+    states = opened(made)
+    html = next(s for s in states.values() if s["_model_name"] == "HTMLModel")
+    assert "onerror" not in html["value"] and "<script" not in html["value"]
+    assert "<img" in html["value"]  # the image itself stays
+    assert "onerror" not in _comms(made)
+
+
+def test_a_description_shown_as_html_is_sanitized_whenever_it_becomes_html(
+    kernel: RunningKernel,
+) -> None:
+    made = kernel.run_ok(f"c = w.Checkbox(description={SCRIPT!r})\nc")
+    plain = next(s for s in opened(made).values() if s["_model_name"] == "CheckboxModel")
+    assert plain["description"] == SCRIPT  # shown as text: left as the user wrote it
+    switched = kernel.run_ok("c.description_allow_html = True")
+    states = [o.content["data"]["state"] for o in switched.of_type("comm_msg")]
+    assert states and all("onerror" not in str(s) for s in states), switched.describe()
+    assert any("description" in s for s in states)  # the sanitized text came with the switch
+    direct = kernel.run_ok(f"w.Checkbox(description={SCRIPT!r}, description_allow_html=True)")
+    assert "onerror" not in _comms(direct)
+
+
+@pytest.mark.parametrize(
+    ("code", "named"),
+    [
+        (
+            "class Evil(w.DOMWidget):\n"
+            "    _esm = traitlets.Unicode('export default {render(){window.top.__pwned=1}}')"
+            ".tag(sync=True)\n"
+            "evil = Evil()\nevil",
+            "_esm",
+        ),
+        (
+            "class Far(w.DOMWidget):\n"
+            "    _view_module = traitlets.Unicode('https://127.0.0.1:9/evil.js').tag(sync=True)\n"
+            "    _model_module = traitlets.Unicode('https://127.0.0.1:9/evil.js').tag(sync=True)\n"
+            "far = Far()\nfar",
+            "127.0.0.1",
+        ),
+        (
+            "import comm\nraw = comm.create_comm(target_name='bokeh', data={'code': 'alert(1)'})",
+            "bokeh",
+        ),
+    ],
+    ids=["anywidget-esm", "view-module-url", "unknown-target"],
+)
+def test_code_for_the_page_is_refused_with_a_note(
+    kernel: RunningKernel, code: str, named: str
+) -> None:
+    made = kernel.run_ok(code)
+    assert not made.of_type("comm_open") or all(
+        o.content.get("target_name") == "jupyter.widget"
+        and o.content["data"]["state"]["_model_module"].startswith("@jupyter-widgets/")
+        for o in made.of_type("comm_open")
+    ), made.describe()
+    comms = [o.content for o in made.outputs if o.msg_type.startswith("comm_")]
+    assert "__pwned" not in repr(comms) and "alert" not in repr(comms)
+    assert NOTE in made.stream("stderr") and named in made.stream("stderr"), made.describe()
+    # Later messages of a refused comm are dropped quietly.
+    if "evil" in code:
+        again = kernel.run_ok("evil.send({'x': 1})")
+        assert not again.of_type("comm_msg")
+
+
+def test_a_flood_of_comm_messages_ends_with_a_clear_error(kernel: RunningKernel) -> None:
+    flood = kernel.run(
+        "import comm\nc = comm.create_comm(target_name='jupyter.widget.control')\n"
+        "for i in range(100_000):\n    c.send({'i': i})"
+    )
+    assert flood.status == "error", flood.describe()
+    assert "too many host requests" in flood.error_text()
+    assert len(flood.of_type("comm_msg")) <= 1_000
+    assert kernel.run_ok("6 * 7").result() == "42"
+
+
+def test_a_100_mb_buffer_is_dropped_with_a_note(kernel: RunningKernel) -> None:
+    big = kernel.run_ok(
+        "import comm\nc = comm.create_comm(target_name='jupyter.widget.control')\n"
+        "c.send({'method': 'custom'}, buffers=[bytes(100_000_000)])\ndel c"
+    )
+    assert not [o for o in big.of_type("comm_msg") if o.content["data"].get("method") == "custom"]
+    assert "over the cap" in big.stream("stderr"), big.describe()
+    rss_kib = int(Path(f"/proc/{kernel.pid}/status").read_text().split("VmRSS:")[1].split()[0])
+    assert rss_kib < 2_000_000, rss_kib  # the kernel holds no copy of what it dropped
+    assert kernel.run_ok("6 * 7").result() == "42"
+
+
+def test_a_storm_of_frontend_messages_during_a_cell_is_handled_after_it(
+    kernel: RunningKernel,
+) -> None:
+    made = kernel.run_ok(
+        "n = w.IntText()\nseen = []\nn.observe(lambda ch: seen.append(ch.new), 'value')\nn"
+    )
+    box = next(cid for cid, s in opened(made).items() if s["_model_name"] == "IntTextModel")
+    running = kernel.send("import time\ntime.sleep(2)\nlen(seen)")
+    kc = kernel.kc
+    for i in range(1, 301):
+        kc.session.send(kc.shell_channel.socket, "comm_msg", update(box, value=i))
+    during = kernel.collect(running)
+    assert during.result() == "0"  # handled after the cell, as a sync cell on ipykernel
+    # In the order they came, before the next cell (ipykernel 7 sends no status for a comm
+    # message that arrives while a cell runs: there is no idle to wait for).
+    assert kernel.run_ok("len(seen), seen[-1], seen == sorted(seen)").result() == "(300, 300, True)"
+
+
+def test_a_handler_that_never_returns_is_stopped_and_the_session_kept(
+    kernel: RunningKernel,
+) -> None:
+    made = kernel.run_ok(
+        "kept = 'still here'\nh = w.IntText()\n"
+        "def forever(change):\n    while True:\n        pass\n"
+        "h.observe(forever, 'value')\nh"
+    )
+    box = next(cid for cid, s in opened(made).items() if s["_model_name"] == "IntTextModel")
+    started = time.monotonic()
+    stuck: Any = comm_send(kernel, "comm_msg", update(box, value=1))
+    assert time.monotonic() - started < 120, stuck.describe()  # the policy's 20 s, and a margin
+    assert kernel.run_ok("kept").result() == "'still here'"
+    assert kernel.run_ok("6 * 7").result() == "42"

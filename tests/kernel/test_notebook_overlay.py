@@ -1,0 +1,99 @@
+"""The notebook's folder as people use it, by default: cells read the files beside the notebook
+and write next to them (np.save, to_csv into a subfolder, sqlite3, savefig, rename, delete)
+as on ipykernel, compared cell by cell with ipykernel run on a copy of the same folder; the
+user's own files are never changed, the guest's writes are kept in the layer, and the next
+start sees them.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from tests.kernel.conftest import start_ipykernel, start_kernel
+
+CELLS = [
+    "import os, sqlite3\nimport numpy as np, pandas as pd\nimport matplotlib\n"
+    "matplotlib.use('Agg')\nimport matplotlib.pyplot as plt",
+    "sorted(n for n in os.listdir('.')\n"
+    "       if not n.startswith('.') and n not in ('workspace', 'policy.toml', 'runs.jsonl'))",
+    "df = pd.read_csv('examples/ex1.csv'); print(df)",
+    "np.save('some_array', np.arange(4)); np.load('some_array.npy')",
+    "df.to_csv('examples/out.csv', index=False); print(open('examples/out.csv').read())",
+    "con = sqlite3.connect('mydata.sqlite'); con.execute('create table t (a)')\n"
+    "con.execute('insert into t values (7)'); con.commit()\n"
+    "con.execute('select a from t').fetchall()",
+    "os.makedirs('fig', exist_ok=True); plt.plot([1, 2]); plt.savefig('fig/x.png')\n"
+    "os.path.getsize('fig/x.png') > 0",
+    "open('examples/ex1.csv', 'a').write('9,9,9,9,hello\\n')\nlen(pd.read_csv('examples/ex1.csv'))",
+    "os.rename('examples/ex2.csv', 'examples/renamed.csv'); sorted(os.listdir('examples'))",
+    "os.remove('notes.txt'); os.path.exists('notes.txt')",
+    "!ls examples",
+    "!cat examples/renamed.csv",
+]
+
+
+def _course(root: Path) -> None:
+    (root / "examples").mkdir(parents=True)
+    (root / "examples" / "ex1.csv").write_text("a,b,c,d,message\n1,2,3,4,hello\n5,6,7,8,world\n")
+    (root / "examples" / "ex2.csv").write_text("x\n1\n")
+    (root / "notes.txt").write_text("the user's notes\n")
+    (root / ".env").write_text("TOKEN=never shown\n")
+
+
+def _outputs(kernel_root: Path, sandbox: bool) -> list[str]:
+    kernel = start_kernel(kernel_root) if sandbox else start_ipykernel(kernel_root)
+    try:
+        shown = []
+        for cell in CELLS:
+            done = kernel.run_ok(cell)
+            shown.append(done.stdout() + (done.result() or ""))
+        return shown
+    finally:
+        kernel.shutdown()
+
+
+def test_cells_that_write_beside_the_notebook_run_as_on_ipykernel(tmp_path: Path) -> None:
+    ours, theirs = tmp_path / "ours", tmp_path / "theirs"
+    _course(ours)
+    shutil.copytree(ours, theirs)
+    before = {p: p.read_bytes() for p in ours.rglob("*") if p.is_file()}
+    assert _outputs(ours, sandbox=True) == _outputs(theirs, sandbox=False)
+    # The user's files are as they were; what the cells wrote is in the layer, kept.
+    assert {p: p.read_bytes() for p in before} == before
+    assert not (ours / "some_array.npy").exists() and not (ours / "fig").exists()
+    layer = ours / ".sandbox-kernel" / "layer"
+    assert (layer / "some_array.npy").is_file() and (layer / "fig" / "x.png").is_file()
+    assert "9,9,9,9,hello" in (layer / "examples" / "ex1.csv").read_text()
+
+
+def test_the_next_start_sees_what_the_guest_did(tmp_path: Path) -> None:
+    root = tmp_path / "course"
+    _course(root)
+    kernel = start_kernel(root)
+    try:
+        kernel.run_ok("import os; os.remove('notes.txt'); open('mine.txt', 'w').write('kept')")
+    finally:
+        kernel.shutdown()
+    (root / "new-data.csv").write_text("n\n1\n")  # the user adds a file between sessions
+    kernel = start_kernel(root)
+    try:
+        names = kernel.run_ok("sorted(n for n in os.listdir('.') if n.endswith(('.txt', '.csv')))")
+        assert names.result() == "['mine.txt', 'new-data.csv']"
+        assert kernel.run_ok("open('mine.txt').read()").result() == "'kept'"
+    finally:
+        kernel.shutdown()
+    assert (root / "notes.txt").read_text() == "the user's notes\n"
+
+
+def test_off_shows_no_folder(tmp_path: Path) -> None:
+    root = tmp_path / "course"
+    _course(root)
+    kernel = start_kernel(root, extra_env={"SANDBOX_KERNEL_NOTEBOOK_FOLDER": "off"})
+    try:
+        assert kernel.run_ok("%pwd").result() == "'/app'"
+        missing = kernel.run("open('examples/ex1.csv').read()")
+        assert missing.reply["ename"] == "FileNotFoundError", missing.describe()
+    finally:
+        kernel.shutdown()
+    assert not (root / ".sandbox-kernel").exists()
