@@ -12,6 +12,7 @@ import contextlib
 import threading
 from abc import abstractmethod
 from collections.abc import Iterator
+from pathlib import Path
 
 from sandbox_kernel.repl.base import ReplBackend
 from sandbox_kernel.repl.bridges import Bridge, escalate_after
@@ -32,6 +33,9 @@ class BridgedSession(ReplBackend):
 
     def __init__(self, config: REPLConfig | None) -> None:
         self.config = config if config is not None else REPLConfig()
+        root = self.config.workspace or self.config.policy.mount_host_dir
+        self.workspace = Path(root).expanduser().resolve()  # the host folder at /app
+        self._lock = threading.RLock()  # one execution, or call into the guest, at a time
         self._context: object = None
         self._count = 0  # executions started; a stop is aimed at one of them
         self._running = threading.Event()

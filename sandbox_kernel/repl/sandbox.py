@@ -24,7 +24,6 @@ import atexit
 import concurrent.futures
 import contextlib
 import tempfile
-import threading
 import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -90,10 +89,6 @@ class ReplSandbox(GuestCalls, BridgedSession):
 
     def __init__(self, config: REPLConfig | None = None) -> None:
         super().__init__(config)
-        policy = self.config.policy
-        root = self.config.workspace if self.config.workspace else policy.mount_host_dir
-        self.workspace = Path(root).expanduser().resolve()
-        self._lock = threading.RLock()
         self._session: GuestSession | None = None
         self._image: MemoryImage | None = None  # the session before the running execution
         # One long-lived thread updates the memory image after each execution (a new thread

@@ -61,6 +61,25 @@ PAGE_SHAPER = (
 )
 
 
+BUMP = "window.top.__pwned=(window.top.__pwned||0)+1"
+WIDGET_CELLS = [
+    "import ipywidgets as w\nslider = w.IntSlider(value=0, min=0, max=10, description='speed')\n"
+    "slider",
+    "def show(x):\n    print('square', x * x)\nw.interact(show, x=(0, 10))",
+    "out = w.Output()\nout",
+    "with out:\n    print('captured by the Output widget')",
+    "from tqdm.auto import tqdm\nimport time\nfor i in tqdm(range(20)):\n    time.sleep(0.1)",
+    "%matplotlib widget\nimport matplotlib.pyplot as plt\nfig, ax = plt.subplots()\n"
+    "ax.plot([1, 3, 2]);",
+    # Attacks: HTML in a widget, a description shown as HTML, a model with its own code.
+    f"w.HTML('<img src=x onerror=\"{BUMP}\">')",
+    f"w.Checkbox(description='<img src=x onerror=\"{BUMP}\">', description_allow_html=True)",
+    "import traitlets\nclass Evil(w.DOMWidget):\n"
+    f"    _esm = traitlets.Unicode('export default {{render() {{ {BUMP} }} }}').tag(sync=True)\n"
+    "Evil()",
+]
+
+
 @dataclass
 class Lab:
     url: str
@@ -105,6 +124,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     root = tmp_path_factory.mktemp("lab")
     cells = [p.code for p in PROBES] + ORDINARY_CELLS + [PAGE_SHAPER]
     _notebook(root / "probes" / "probes.ipynb", cells)
+    _notebook(root / "widgets" / "widgets.ipynb", WIDGET_CELLS)
     control = [p.code for p in PROBES if p.id in ("img-onerror", "repr-html")]
     trusting, specs = _trusting_spec(root)
     _notebook(root / "trusted" / "control.ipynb", control, trusting)
@@ -264,3 +284,64 @@ def test_the_control_runs_script_when_outputs_are_trusted(
         )
         urllib.request.urlopen(request, timeout=10).close()
     page.close()
+
+
+def test_widgets_work_as_on_ipykernel_and_run_no_script(
+    lab: Lab, browser: Any, tmp_path: Path
+) -> None:
+    """Issue 34's notebook: a slider moved in the page moves the guest's value; interact runs
+    its function again; an Output widget captures; tqdm's bar changes while its cell runs;
+    an ipympl figure is a canvas. And no widget runs script."""
+    page = browser.new_page()
+    with screenshot_on_failure(page, tmp_path, "widgets"):
+        open_notebook(page, lab, "widgets/widgets.ipynb")
+        page.evaluate(
+            """() => {
+                window.__bars = new Set();
+                setInterval(() => {
+                    for (const el of document.querySelectorAll('.widget-html-content'))
+                        if (el.textContent.includes('/20')) window.__bars.add(el.textContent);
+                }, 50);
+            }"""
+        )
+        run_all(page)
+        sliders = page.locator(".jp-OutputArea-output .widget-slider .noUi-handle")
+        assert sliders.count() >= 2, "the sliders are not shown"
+        sliders.nth(0).focus()
+        for _ in range(3):
+            page.keyboard.press("ArrowRight")
+        page.wait_for_timeout(1000)
+        assert _kernel_says(page, "print(slider.value)") == "3\n", "the slider's move was lost"
+        sliders.nth(1).focus()
+        for _ in range(2):
+            page.keyboard.press("ArrowRight")
+        page.get_by_text("square 49").wait_for(timeout=30_000)  # interact ran show(7)
+        output = page.locator(".widget-output").get_by_text("captured by the Output widget")
+        assert output.count() == 1, "the Output widget captured nothing"
+        bars = page.evaluate("window.__bars.size")
+        assert bars >= 3, f"tqdm's bar changed {bars} times while its cell ran"
+        assert page.locator(".jupyter-matplotlib canvas").count() >= 1, "no ipympl canvas"
+        page.wait_for_timeout(2000)
+        assert pwned(page) == 0, "a widget ran script in the page"
+        assert lab.api("/api/terminals") == [], "a terminal was opened on the host"
+        assert page.get_by_text(NOTE).count() >= 1, "the widget firewall's note is not shown"
+        page.screenshot(path=str(tmp_path / "widgets.png"), full_page=True)
+    page.close()
+
+
+def _kernel_says(page: Any, code: str) -> str:
+    """What `code` prints, run by the page's own kernel connection."""
+    return str(
+        page.evaluate(
+            """async code => {
+                const kernel = window.jupyterapp.shell.currentWidget.sessionContext.session.kernel;
+                const future = kernel.requestExecute({code});
+                let text = '';
+                future.onIOPub = msg => {
+                    if (msg.header.msg_type === 'stream') text += msg.content.text; };
+                await future.done;
+                return text;
+            }""",
+            code,
+        )
+    )

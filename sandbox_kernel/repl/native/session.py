@@ -30,10 +30,8 @@ import itertools
 import logging
 import os
 import signal
-import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from sandbox_kernel.core.errors import SandboxExecutionError
@@ -107,10 +105,6 @@ class NativeReplSandbox(BridgedSession):
 
     def __init__(self, config: REPLConfig | None = None) -> None:
         super().__init__(config)
-        policy = self.config.policy
-        root = self.config.workspace if self.config.workspace else policy.mount_host_dir
-        self.workspace = Path(root).expanduser().resolve()
-        self._lock = threading.RLock()
         self._child: Child | None = None
         self._ids = itertools.count(1)
         self._destroyed = False
