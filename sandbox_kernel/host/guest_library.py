@@ -33,6 +33,7 @@ __all__ = [
     "DATA_FOLDER",
     "GUEST_PATH",
     "PACKAGE_DATA",
+    "PACKAGE_MODULES",
     "GuestLibraryError",
     "guest_library",
     "is_installed",
@@ -50,6 +51,13 @@ PACKAGE_DATA = {"sklearn.datasets": "sklearn/datasets/images/"}
 # The wheel the data is taken from: one fixed file, whatever the host (CPython 3.12, Linux).
 _DATA_PLATFORM = ("--platform", "manylinux_2_28_x86_64", "--python-version", "3.12",
                   "--implementation", "cp", "--abi", "cp312")  # fmt: skip
+# Pure-Python modules of the image's packages that the image left out (guest/package-modules.txt):
+# package -> the wheel's files, kept at DATA_FOLDER/<package>/, which the guest adds to the
+# package's __path__ as for data. matplotlib's WebAgg core is what ipympl draws with.
+MODULE_PINS = "package-modules.txt"
+PACKAGE_MODULES = {"matplotlib.backends": ("matplotlib/backends/backend_webagg_core.py",)}
+_MODULE_PLATFORM = ("--platform", "manylinux2014_x86_64", "--python-version", "3.11",
+                    "--implementation", "cp", "--abi", "cp311")  # fmt: skip
 GUEST_PYTHON = "3.15"  # the guest's Python: the wheels are chosen for it, not for the host
 _PIP_TIMEOUT_SECONDS = 600
 _DONE = ".complete"
@@ -65,7 +73,8 @@ class GuestLibraryError(SandboxExecutionError):
 def requirements_text() -> str:
     """What the library holds: the IPython wheels' pins and the package data's."""
     files = importlib.resources.files("sandbox_kernel.guest")
-    return files.joinpath("requirements.txt").read_text() + files.joinpath(DATA_PINS).read_text()
+    pins = ("requirements.txt", DATA_PINS, MODULE_PINS)
+    return "".join(files.joinpath(name).read_text() for name in pins)
 
 
 def guest_library() -> Path:
@@ -111,6 +120,12 @@ def _install(text: str, folder: Path) -> None:
         _pip(staging, "download", *_DATA_PLATFORM, "--dest", str(wheels), "-r", str(data))
         for wheel in wheels.glob("*.whl"):
             _extract_data(wheel, target)
+        modules = staging / MODULE_PINS
+        modules.write_text(files.joinpath(MODULE_PINS).read_text())
+        sources = staging / "module-wheels"
+        _pip(staging, "download", *_MODULE_PLATFORM, "--dest", str(sources), "-r", str(modules))
+        for wheel in sources.glob("*.whl"):
+            _extract_modules(wheel, target)
         (target / _DONE).write_text(text)
         if folder.exists():
             shutil.rmtree(folder)
@@ -184,6 +199,18 @@ def _extract_data(wheel: Path, target: Path) -> None:
                     path = target / DATA_FOLDER / package / Path(prefix).name / rest
                     path.parent.mkdir(parents=True, exist_ok=True)
                     path.write_bytes(_readable(archive.read(name), rest))
+
+
+def _extract_modules(wheel: Path, target: Path) -> None:
+    """PACKAGE_MODULES' files of `wheel` into `target`, by their exact names."""
+    with zipfile.ZipFile(wheel) as archive:
+        names = set(archive.namelist())
+        for package, files in PACKAGE_MODULES.items():
+            for name in files:
+                if name in names:
+                    path = target / DATA_FOLDER / package / Path(name).name
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    path.write_bytes(archive.read(name))
 
 
 def _readable(data: bytes, name: str) -> bytes:

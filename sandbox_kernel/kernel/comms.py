@@ -12,7 +12,9 @@
 A slider moved while a cell runs is handled after the cell, and every comm message and cell
 in the order they came, as a synchronous cell on ipykernel has it: ipykernel 7 dispatches a
 comm message that arrives during a cell at once (for async cells), and a cell here runs on a
-thread, so the kernel orders them itself (`gate`, which cells take too). A message from the
+thread, so the kernel orders them itself (`gate`, which cells take too). A comm's handler runs
+on the event loop, as ipykernel's does, so comm messages that follow one another are handled
+one after another, each with its busy and idle status. A message from the
 page over MAX_INBOUND_BYTES is dropped (logged).
 
 Must not import: wasmtime.
@@ -23,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import threading
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any, Final
 
@@ -40,15 +43,62 @@ MAX_INBOUND_BYTES: Final = 16 * 1024 * 1024
 COMM_TYPES: Final = ("comm_open", "comm_msg", "comm_close")
 
 
+class Gate:
+    """First come, first served, across threads and event loops (ipykernel 7 dispatches on
+    more than one loop, so an asyncio.Lock cannot be shared): each caller takes a ticket as
+    it arrives and goes in when its number is served. A caller that gives up (cancelled)
+    gives its turn away."""
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._issued = 0
+        self._serving = 0
+        self._abandoned: set[int] = set()
+
+    @contextlib.asynccontextmanager
+    async def turn(self) -> AsyncIterator[None]:
+        with self._changed:
+            ticket = self._issued
+            self._issued += 1
+        try:
+            if not self._served(ticket):  # no await when it is free: the caller runs now
+                await asyncio.to_thread(self._wait, ticket)
+        except BaseException:
+            self._leave(ticket, abandoned=True)
+            raise
+        try:
+            yield
+        finally:
+            self._leave(ticket, abandoned=False)
+
+    def _served(self, ticket: int) -> bool:
+        with self._changed:
+            return self._serving == ticket
+
+    def _wait(self, ticket: int) -> None:
+        with self._changed:
+            self._changed.wait_for(lambda: self._serving >= ticket)  # passed, if given away
+
+    def _leave(self, ticket: int, abandoned: bool) -> None:
+        with self._changed:
+            if abandoned and self._serving != ticket:
+                self._abandoned.add(ticket)  # skipped when its turn comes
+                return
+            self._serving += 1
+            while self._serving in self._abandoned:
+                self._abandoned.discard(self._serving)
+                self._serving += 1
+            self._changed.notify_all()
+
+
 class KernelComms:
     """The kernel's comm handlers and its publishing of guest comms."""
 
     def __init__(self, kernel: SandboxKernel) -> None:
         self.kernel = kernel
         self.firewall = WidgetFirewall(kernel.firewall)
-        # Cells and comm messages into the guest, one at a time in the order they came
-        # (asyncio's Lock wakes its waiters first come, first served).
-        self.gate = asyncio.Lock()
+        # Cells and comm messages into the guest, one at a time in the order they came.
+        self.gate = Gate()
 
     def install(self) -> None:
         """Handle the comm messages on the kernel's shell channel."""
@@ -94,7 +144,7 @@ class KernelComms:
         cell's own parent is set again once the gate is passed."""
         parent = kernel.get_parent("shell")
         ident = kernel._get_shell_context_var(kernel._shell_parent_ident)
-        async with self.gate:
+        async with self.gate.turn():
             kernel.set_parent(ident, parent, channel="shell")
             yield
 
@@ -126,17 +176,16 @@ class KernelComms:
             "buffers": buffers,
         }
         parent_now = kernel.get_parent("shell")
-        async with self.gate:
+        async with self.gate.turn():
             kernel.out.begin(silent=False)
             with StreamPublisher(kernel._send_stream, parent_now) as streams:
                 kernel.out.streams = streams
                 try:
-                    await asyncio.to_thread(
-                        kernel.repl.deliver_comm,
-                        msg_type,
-                        message,
-                        (streams.stdout, streams.stderr),
-                    )
+                    # On the event loop itself, as ipykernel runs a comm's handler: the next
+                    # shell message waits for this one (with its own busy and idle), and a
+                    # comm the page sends while it runs is not dispatched past it. Interrupts
+                    # still reach the guest (the interrupt reader's thread cancels it).
+                    kernel.repl.deliver_comm(msg_type, message, (streams.stdout, streams.stderr))
                 except Exception:
                     kernel.log.exception("a %s could not be delivered", msg_type)
                 finally:

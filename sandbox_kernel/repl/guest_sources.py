@@ -19,6 +19,7 @@ from sandbox_kernel.host.guest_library import (
     DATA_FOLDER,
     GUEST_PATH,
     PACKAGE_DATA,
+    PACKAGE_MODULES,
     requirements_text,
 )
 from sandbox_kernel.repl.protocol import DRIVER_PARTS
@@ -103,7 +104,10 @@ def install_source(workspace: str, ipython: bool = False, workdir: str | None = 
     if not ipython:
         return loader_source(GUEST_MODULES, then=install_call(workdir=workdir, shell=False))
     packages = f"{workspace}/{PACKAGES_FOLDER}"
-    data = {package: f"{GUEST_PATH}/{DATA_FOLDER}/{package}" for package in PACKAGE_DATA}
+    data = {
+        package: f"{GUEST_PATH}/{DATA_FOLDER}/{package}"
+        for package in (*PACKAGE_DATA, *PACKAGE_MODULES)
+    }
     install = install_call(
         workdir=workdir, shell=True, library=GUEST_PATH, packages=packages, package_data=data
     )

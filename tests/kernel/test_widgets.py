@@ -158,3 +158,20 @@ def test_the_guest_names_the_hosts_ipykernel(kernels: dict[str, RunningKernel]) 
 
     shown = kernels["sandbox"].run_ok("import ipykernel\nipykernel.version_info").result()
     assert shown == repr(tuple(ipykernel.version_info[:3]))
+
+
+def test_an_ipympl_figure_opens_the_same_models(kernels: dict[str, RunningKernel]) -> None:
+    """%matplotlib widget: ipympl's canvas and toolbar models, as on ipykernel (the guest's
+    matplotlib lacks its WebAgg core, which the guest library restores: package-modules.txt)."""
+    drawn = both(
+        kernels,
+        "%matplotlib widget\nimport matplotlib.pyplot as plt\nfig, ax = plt.subplots()\n"
+        "ax.plot([1, 3, 2]);",
+    )
+    models = {
+        name: sorted(state["_model_name"] for state in opened(execution).values())
+        for name, execution in drawn.items()
+    }
+    assert models["sandbox"] == models["ipykernel"]
+    assert "MPLCanvasModel" in models["sandbox"], models
+    both(kernels, "%matplotlib inline")
