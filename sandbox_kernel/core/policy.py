@@ -178,6 +178,11 @@ class ExecutionPolicy(BaseModel):
 
     fuel_budget: _PositiveInt = 2_000_000_000
     """Wasm instructions (fuel units) one execution may run before it is stopped."""
+    meter_fuel: StrictBool = True
+    """Count every instruction against `fuel_budget`: a limit exact to the instruction,
+    whatever the machine's speed, at 5-20% of pure Python's speed. False (a persistent session
+    only): the wall clock alone stops a runaway cell (`timeout_seconds`, wasmtime's epoch
+    deadline, which also ends a loop inside C code), and `fuel_budget` is not enforced."""
     memory_bytes: _PositiveInt = 128_000_000
     """Largest linear memory the guest may grow to."""
     stdout_max_bytes: _PositiveInt = 2_000_000

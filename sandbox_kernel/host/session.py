@@ -106,6 +106,7 @@ class SessionConfig:
     memory_bytes: int
     guard: GuardLimits
     write_guard: WriteGuard | None = None  # the notebook folder's overlay (overlay.py)
+    meter_fuel: bool = True  # False: an engine without fuel; the wall clock alone stops a turn
 
 
 @dataclass(frozen=True)
@@ -160,7 +161,7 @@ class GuestSession:
     ) -> None:
         self.image = image
         self.config = config
-        self.handle: EngineHandle = private_engine()
+        self.handle: EngineHandle = private_engine(consume_fuel=config.meter_fuel)
         self.module = self.handle.module(image.binary, image.binary_sha256)
         self.flag_address: int | None = None
         self._handler = door

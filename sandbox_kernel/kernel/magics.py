@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from IPython.core.inputtransformer2 import TransformerManager
 
 from sandbox_kernel.core.errors import PolicyValidationError
+from sandbox_kernel.core.policy import ExecutionPolicy
 
 if TYPE_CHECKING:
     from sandbox_kernel.kernel.runlog import RunLog
@@ -133,13 +134,25 @@ def _sandbox(kernel: MagicHost, args: str) -> str:
     lines = [
         f"image: {usage['image']}",
         f"executions: {usage['executions']}  rollbacks: {repl.rollbacks}",
-        f"fuel used: {usage['fuel_consumed']:,}  time: {usage['duration_ms'] / 1000:.2f} s",
+        _fuel_line(repl.config.policy, usage),
         f"memory: {usage['memory_bytes']:,} of {repl.config.policy.memory_bytes:,} bytes",
         *_image_line(usage),
         _llm_line(kernel),
         f"run log: {kernel.runlog.path}",
     ]
     return "\n".join(lines) + "\n"
+
+
+def _fuel_line(policy: ExecutionPolicy, usage: dict[str, Any]) -> str:
+    """Which limit stops a runaway cell, and what was used."""
+    time_used = f"time: {usage['duration_ms'] / 1000:.2f} s"
+    clock = f"the wall clock ({policy.timeout_seconds:g} s a cell)"
+    if not policy.meter_fuel:
+        return f"fuel: not metered, {clock} stops a runaway cell  {time_used}"
+    return (
+        f"fuel used: {usage['fuel_consumed']:,} (budget {policy.fuel_budget:,} a cell, and "
+        f"{clock})  {time_used}"
+    )
 
 
 def _image_line(usage: dict[str, Any]) -> list[str]:

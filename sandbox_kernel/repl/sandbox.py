@@ -150,6 +150,7 @@ class ReplSandbox(GuestCalls, BridgedSession):
             memory_bytes=policy.memory_bytes,
             guard=limits_from_policy(policy).guard,
             write_guard=self.overlay,
+            meter_fuel=policy.meter_fuel,
         )
         image = python_image()
         self._session = GuestSession(image, config, self.bridge)
@@ -381,13 +382,15 @@ class ReplSandbox(GuestCalls, BridgedSession):
 
         self._capture = self._copier.submit(capture)
 
-    def take_image(self) -> None:
-        """Start updating the rollback image that execute(defer_image=True) left for later;
-        nothing when there is none."""
+    def take_image(self, wait: bool = False) -> None:
+        """Start updating the rollback image that execute(defer_image=True) left for later
+        (nothing when there is none); with `wait`, and wait until it is done."""
         with self._lock:
             pending, self._image_pending = self._image_pending, False
             if pending and self._session is not None:
                 self._start_capture(self._session)
+            if wait:
+                self._join_capture()
 
     def _join_capture(self) -> None:
         if self._image_pending:

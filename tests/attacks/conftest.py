@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from sandbox_kernel import BaseSandbox
+from tests.repl.conftest import make_repl  # noqa: F401 - the REPL tests' fixture, for attacks too
 
 SECRET_TEXT = "TOP-SECRET host data, never for a guest\n"
 
