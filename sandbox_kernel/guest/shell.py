@@ -125,6 +125,7 @@ def start(driver: Any, main_module: Any) -> Any:
     for name in _PROCESS_LINE_MAGICS:
         shell.register_magic_function(_refuse(name, "%"), "line", name)
     shell.register_magic_function(_pip_magic(driver), "line", "pip")
+    shell.register_magic_function(_matplotlib_magic(shell), "line", "matplotlib")
     shell.ast_transformers.append(driver.loop_checks())
     sys.modules["sandbox_kernel_speedups"].apply(shell)
     _name_the_kernel(type(shell))
@@ -154,6 +155,27 @@ def _name_the_kernel(shell_class: Any) -> None:
     zmqshell.ZMQInteractiveShell = shell_class
     package.zmqshell = zmqshell
     sys.modules["ipykernel"], sys.modules["ipykernel.zmqshell"] = package, zmqshell
+
+
+def _matplotlib_magic(shell: Any) -> Any:
+    """IPython's %matplotlib, with `notebook` (nbagg) drawn by ipympl's widget backend: nbagg
+    is JavaScript for the classic Notebook, which JupyterLab does not run (on ipykernel it
+    shows "Javascript Error: IPython is not defined") and the output firewall would drop;
+    ipympl gives the same interactive figure through widgets."""
+    original = shell.magics_manager.magics["line"]["matplotlib"]
+
+    def matplotlib(line: str = "") -> Any:
+        words = line.split()
+        if words and words[0] in ("notebook", "nbagg"):
+            sys.stderr.write(
+                "[sandbox] %matplotlib notebook is the classic Notebook's JavaScript: this "
+                "kernel draws the figure with ipympl (%matplotlib widget) instead\n"
+            )
+            line = " ".join(["widget", *words[1:]])
+        return original(line)
+
+    matplotlib.__doc__ = original.__doc__
+    return matplotlib
 
 
 def warm_tracebacks() -> None:

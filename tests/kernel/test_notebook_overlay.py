@@ -23,6 +23,8 @@ CELLS = [
     "con = sqlite3.connect('mydata.sqlite'); con.execute('create table t (a)')\n"
     "con.execute('insert into t values (7)'); con.commit()\n"
     "con.execute('select a from t').fetchall()",
+    "import sqlalchemy as sa\nengine = sa.create_engine('sqlite:///mydata.sqlite')\n"
+    "pd.read_sql('select a from t', engine)",
     "os.makedirs('fig', exist_ok=True); plt.plot([1, 2]); plt.savefig('fig/x.png')\n"
     "os.path.getsize('fig/x.png') > 0",
     "open('examples/ex1.csv', 'a').write('9,9,9,9,hello\\n')\nlen(pd.read_csv('examples/ex1.csv'))",
@@ -47,7 +49,8 @@ def _outputs(kernel_root: Path, sandbox: bool) -> list[str]:
         shown = []
         for cell in CELLS:
             done = kernel.run_ok(cell)
-            shown.append(done.stdout() + (done.result() or ""))
+            results = done.of_type("execute_result")
+            shown.append(done.stream() + (done.result() if results else ""))
         return shown
     finally:
         kernel.shutdown()
@@ -78,7 +81,9 @@ def test_the_next_start_sees_what_the_guest_did(tmp_path: Path) -> None:
     (root / "new-data.csv").write_text("n\n1\n")  # the user adds a file between sessions
     kernel = start_kernel(root)
     try:
-        names = kernel.run_ok("sorted(n for n in os.listdir('.') if n.endswith(('.txt', '.csv')))")
+        names = kernel.run_ok(
+            "import os\nsorted(n for n in os.listdir('.') if n.endswith(('.txt', '.csv')))"
+        )
         assert names.result() == "['mine.txt', 'new-data.csv']"
         assert kernel.run_ok("open('mine.txt').read()").result() == "'kept'"
     finally:

@@ -175,3 +175,14 @@ def test_an_ipympl_figure_opens_the_same_models(kernels: dict[str, RunningKernel
     assert models["sandbox"] == models["ipykernel"]
     assert "MPLCanvasModel" in models["sandbox"], models
     both(kernels, "%matplotlib inline")
+
+
+def test_matplotlib_notebook_draws_with_ipympl(kernels: dict[str, RunningKernel]) -> None:
+    """%matplotlib notebook (the classic Notebook's JavaScript, which JupyterLab does not run)
+    gives ipympl's interactive figure, and says so."""
+    sandbox = kernels["sandbox"]
+    drawn = sandbox.run_ok("%matplotlib notebook\nfig, ax = plt.subplots()\nax.plot([2, 1]);")
+    models = {state["_model_name"] for state in opened(drawn).values()}
+    assert "MPLCanvasModel" in models, drawn.describe()
+    assert "ipympl" in drawn.stream("stderr")
+    sandbox.run_ok("%matplotlib inline")
