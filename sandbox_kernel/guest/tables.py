@@ -8,12 +8,14 @@ uses no newer syntax.
     load(namespace, tables)    read each CSV into a DataFrame; bind `dfs` (name -> frame), one
                                global per table, and `pd` and `np` unless already bound
     collect(namespace, ...)    the one result the code set (result_df, result_rows with
-                               result_columns, or result) as a JSON payload for the host
+                               result_columns, or result) as a JSON payload for the host, with
+                               a chart: result_figure, or else the last figure drawn, as PNG
     table_payload(...)         columns and rows as that payload, cut at max_rows and at
                                max_bytes of JSON, the cut reported in "cut"
 
-The payload is a JSON text: {"ok": true, "columns", "rows", "total_rows", "cut", "source"} or
-{"ok": false, "code", "message"}. The host checks it again; nothing here is trusted.
+The payload is a JSON text: {"ok": true, "columns", "rows", "total_rows", "cut", "source",
+"figure_png"} or {"ok": false, "code", "message"}. The host checks it again (a chart must be a
+PNG within its cap); nothing here is trusted.
 
 Must import only the standard library at module level (pandas and numpy are found in
 sys.modules); never imports sandbox_kernel.
@@ -37,6 +39,7 @@ __all__ = [
     "collect",
     "dumps",
     "failure",
+    "figure_png",
     "load",
     "table_payload",
     "to_table",
@@ -99,6 +102,9 @@ def collect(namespace: dict[str, Any], max_rows: int, max_bytes: int) -> str:
         present = [name for name in RESULT_NAMES if name in namespace]
         if "result_columns" in namespace and "result_rows" not in namespace:
             raise ResultError("result_columns goes with result_rows, which the code did not set")
+        if not present and _figure(namespace) is not None:  # a chart alone: an empty table
+            namespace = {**namespace, "result_rows": [], "result_columns": []}
+            present = ["result_rows"]
         if not present:
             raise ResultError(
                 "the code set no result: set result_df (a DataFrame), result_rows (a list of "
@@ -111,12 +117,42 @@ def collect(namespace: dict[str, Any], max_rows: int, max_bytes: int) -> str:
             )
         source = present[0]
         columns, rows, total = to_table(source, namespace[source], namespace.get("result_columns"))
-        return dumps(table_payload(columns, rows, total, max_rows, max_bytes, source))
+        payload = table_payload(columns, rows, total, max_rows, max_bytes, source)
+        payload["figure_png"] = figure_png(namespace)
+        return dumps(payload)
     except ResultError as exc:
         return dumps(failure("PYTHON_EXECUTION_ERROR", str(exc)))
     except Exception as exc:  # a broken __repr__ or __iter__ in user data: the code's error
         message = f"the result cannot be read: {type(exc).__name__}: {exc}"
         return dumps(failure("PYTHON_EXECUTION_ERROR", message))
+
+
+def _figure(namespace: dict[str, Any]) -> Any:
+    """The chart of the run: result_figure, or else the last figure pyplot drew, or None."""
+    if "result_figure" in namespace:
+        figure = namespace["result_figure"]
+        if not callable(getattr(figure, "savefig", None)):
+            raise ResultError(
+                f"result_figure must be a matplotlib Figure, not {type(figure).__name__}"
+            )
+        return figure
+    pyplot = sys.modules.get("matplotlib.pyplot")
+    if pyplot is None or not pyplot.get_fignums():
+        return None
+    return pyplot.figure(pyplot.get_fignums()[-1])
+
+
+def figure_png(namespace: dict[str, Any]) -> str | None:
+    """The run's chart as base64 PNG text, or None when it drew none."""
+    figure = _figure(namespace)
+    if figure is None:
+        return None
+    import base64
+    import io
+
+    out = io.BytesIO()
+    figure.savefig(out, format="png", dpi=100, bbox_inches="tight")
+    return base64.b64encode(out.getvalue()).decode("ascii")
 
 
 def failure(code: str, message: str) -> dict[str, Any]:

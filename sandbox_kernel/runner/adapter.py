@@ -97,6 +97,7 @@ class TablePayload(BaseModel):
     total_rows: Annotated[int, Field(ge=0)] | None
     cut: list[Literal["max_rows", "max_output_bytes"]]
     source: str
+    figure_png: str | None = None  # base64; api.py checks it is a PNG within the cap
 
 
 class FailurePayload(BaseModel):

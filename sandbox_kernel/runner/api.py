@@ -15,6 +15,8 @@ Must not import: wasmtime, anything Jupyter.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import logging
 import re
@@ -27,6 +29,7 @@ from typing import Any
 from pydantic import JsonValue, ValidationError
 
 from sandbox_kernel.core.errors import SandboxError
+from sandbox_kernel.repl.models import CodeExecution
 from sandbox_kernel.repl.results import capped
 from sandbox_kernel.runner.adapter import (
     FailurePayload,
@@ -227,7 +230,12 @@ class _Run:
             run.load(tables)
             execution = run.python(code)
             payload = run.collect()
-        return self._table(request, payload, execution.stdout, execution.stderr)
+        drawn = payload.figure_png if isinstance(payload, TablePayload) else None
+        figure, cut = checked_figure(drawn or last_png(execution), settings.max_figure_bytes)
+        response = self._table(request, payload, execution.stdout, execution.stderr)
+        hits = [*response.limits_hit, *cut]
+        update = {"figure_png": figure, "limits_hit": hits, "truncated": bool(hits)}
+        return response.model_copy(update=update)
 
     def _sql(
         self,
@@ -384,3 +392,33 @@ def _request_limits(request: RunnerRequest) -> dict[str, object]:
         "max_rows": request.max_rows,
         "max_output_bytes": request.max_output_bytes,
     }
+
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def last_png(execution: CodeExecution) -> str | None:
+    """The last figure the code drew: the session shows each figure when its cell ends (as a
+    notebook's inline backend does), so it is the cell's last PNG display."""
+    for display in reversed(execution.displays):
+        data = display.get("data")
+        png = data.get("image/png") if isinstance(data, dict) else None
+        if isinstance(png, str):
+            return png
+    return None
+
+
+def checked_figure(png: str | None, max_bytes: int) -> tuple[str | None, list[LimitHit]]:
+    """The chart if it is a PNG within `max_bytes` (base64 text, for the response); anything
+    else the guest sent as one (an SVG, HTML, a forged payload) is never passed on."""
+    if png is None:
+        return None, []
+    try:
+        data = base64.b64decode(png, validate=True)
+    except (binascii.Error, ValueError):
+        return None, []
+    if not data.startswith(PNG_SIGNATURE):
+        return None, []
+    if len(data) > max_bytes:
+        return None, [LimitHit.MAX_FIGURE_BYTES]
+    return base64.b64encode(data).decode("ascii"), []

@@ -56,7 +56,15 @@ __all__ = [
     "load_guard_config",
 ]
 
-DEFAULT_ALLOWED_IMPORTS: Final = ("pandas", "numpy", "math", "statistics", "re", "datetime")
+DEFAULT_ALLOWED_IMPORTS: Final = (
+    "pandas",
+    "numpy",
+    "math",
+    "statistics",
+    "re",
+    "datetime",
+    "matplotlib",  # charts: result_figure, or the last figure drawn
+)
 DEFAULT_BLOCKED_MODULES: Final = (
     "os",
     "sys",

@@ -93,6 +93,7 @@ class LimitHit(StrEnum):
 
     MAX_ROWS = "max_rows"
     MAX_OUTPUT_BYTES = "max_output_bytes"
+    MAX_FIGURE_BYTES = "max_figure_bytes"  # the chart was over the cap: left out
     STDOUT = "stdout"
     STDERR = "stderr"
     TIMEOUT = "timeout"
@@ -234,6 +235,9 @@ class RunnerResponse(BaseModel):
     """What the code printed, cut at max_output_bytes."""
     stderr_trunc: str = ""
     """What the code wrote to stderr (with its traceback, on an error), cut the same way."""
+    figure_png: str | None = None
+    """A Python run's chart (result_figure, or the last figure drawn) as base64 PNG, checked
+    to be a PNG within the server's max_figure_bytes; None when it drew none."""
     error: ErrorInfo | None = None
     run_id: str | None = None
     """The run's capsule id (`sandbox-kernel capsules show RUN_ID`), once it is recorded."""

@@ -89,6 +89,8 @@ class RunnerSettings(BaseModel):
     """Instructions allowed per second of timeout: about 4x what a busy loop runs here."""
     workspace_max_bytes: _Positive = 100_000_000
     """Bytes the code may write to its scratch /app (removed after the run)."""
+    max_figure_bytes: _Positive = 2_000_000
+    """Bytes of a Python run's chart (PNG) kept; a larger one is left out (max_figure_bytes)."""
     warm_start_modules: tuple[str, ...] = ("numpy", "pandas")
     """Imported once into a reusable image, so a run does not pay for `import pandas`."""
 

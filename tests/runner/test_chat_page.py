@@ -140,3 +140,21 @@ def test_html_from_a_run_is_shown_as_text_and_never_runs(
         assert page.inner_text("#stdout").rstrip("\n") == '<img src=x onerror="window.__pwned=1">'
         assert "window.__pwned" in _details(page)["Python code"]
     page.close()
+
+
+def test_a_chart_is_shown_as_an_image(browser: Any, server: Server, tmp_path: Path) -> None:
+    page = _open(browser, server)
+    with screenshot_on_failure(page, tmp_path, "chart"):
+        _ask(
+            page,
+            "retail",
+            "PYTHON: import matplotlib.pyplot as plt\n"
+            "orders.groupby('customer_id').size().plot.bar()\nresult = 'charted'",
+        )
+        figure = page.locator("#figure")
+        assert figure.is_visible(), "the chart is not shown"
+        assert figure.get_attribute("src").startswith("data:image/png;base64,")
+        width = figure.evaluate("img => img.decode().then(() => img.naturalWidth)")
+        assert width > 0, "the chart does not render"
+        assert page.evaluate("window.__pwned") is None
+    page.close()

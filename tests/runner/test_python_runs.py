@@ -6,6 +6,7 @@ orders 30, products 10).
 
 from __future__ import annotations
 
+import base64
 import json
 from typing import Any
 
@@ -250,3 +251,53 @@ def test_the_flag_comes_from_the_environment() -> None:
     assert RunnerSettings.from_environment({}).enable_python_execution is False
     with pytest.raises(RunnerConfigError, match="ENABLE_PYTHON_EXECUTION must be 1, true"):
         RunnerSettings.from_environment({"ENABLE_PYTHON_EXECUTION": "maybe"})
+
+
+# -- charts ----------------------------------------------------------------------------------
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_last_figure_drawn_comes_back_as_a_png(run_python: RunPython) -> None:
+    response = ok(
+        run_python(
+            "import matplotlib.pyplot as plt\n"
+            "counts = orders.groupby('customer_id').size()\n"
+            "counts.plot.bar()\nresult_df = counts.reset_index(name='orders')"
+        )
+    )
+    assert response.figure_png is not None and response.rows
+    assert base64.b64decode(response.figure_png).startswith(PNG)
+
+
+def test_result_figure_is_the_chart_even_alone(run_python: RunPython) -> None:
+    response = ok(
+        run_python(
+            "import matplotlib.pyplot as plt\nfig, ax = plt.subplots()\nax.plot([1, 2])\n"
+            "other, _ = plt.subplots()\nresult_figure = fig"
+        )
+    )
+    assert response.columns == [] and response.rows == []
+    assert base64.b64decode(response.figure_png or "").startswith(PNG)
+
+
+def test_a_run_without_a_figure_has_none(run_python: RunPython) -> None:
+    assert ok(run_python("result = 1")).figure_png is None
+
+
+def test_result_figure_must_be_a_figure(run_python: RunPython) -> None:
+    response = run_python("result_figure = '<svg onload=\"alert(1)\"></svg>'\nresult = 1")
+    assert response.status is RunStatus.ERROR, describe(response)
+    assert "result_figure must be a matplotlib Figure" in describe(response)
+
+
+def test_a_chart_over_the_cap_is_left_out(settings: RunnerSettings) -> None:
+    small = settings.model_copy(update={"max_figure_bytes": 100})
+    response = ok(
+        execute_python(
+            "retail",
+            "import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nresult = 1",
+            settings=small,
+        )
+    )
+    assert response.figure_png is None and LimitHit.MAX_FIGURE_BYTES in response.limits_hit

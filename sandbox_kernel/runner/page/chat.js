@@ -40,6 +40,16 @@ function clear() {
   $("summary").textContent = "";
   $("error").hidden = true;
   $("stdout").hidden = true;
+  showFigure(null);
+}
+
+// A Python run's chart: base64 PNG the server checked (its signature, its size), shown as an
+// image, never as markup.
+function showFigure(png) {
+  const figure = $("figure");
+  figure.hidden = !png;
+  if (png) figure.src = `data:image/png;base64,${png}`;
+  else figure.removeAttribute("src");
 }
 
 function addStatus(event, data) {
@@ -72,6 +82,7 @@ function showTable(response) {
   const printed = [response.stdout_trunc, response.stderr_trunc].filter(Boolean).join("\n");
   $("stdout").textContent = printed;
   $("stdout").hidden = !printed;
+  showFigure(response.figure_png);
 }
 
 function detail(term, value, pre = false) {
