@@ -69,6 +69,11 @@ WIDGET_CELLS = [
     "out = w.Output()\nout",
     "with out:\n    print('captured by the Output widget')",
     "from tqdm.auto import tqdm\nimport time\nfor i in tqdm(range(20)):\n    time.sleep(0.1)",
+    # Sliders driving a matplotlib plot through interact (the inline backend, in its Output).
+    "import matplotlib.pyplot as plt\n"
+    "def draw(n):\n    plt.plot(range(n), [i * i for i in range(n)])\n    plt.title(f'n={n}')\n"
+    "    plt.show()\n"
+    "w.interact(draw, n=(2, 20))",
     "%matplotlib widget\nimport matplotlib.pyplot as plt\nfig, ax = plt.subplots()\n"
     "ax.plot([1, 3, 2]);",
     # Attacks: HTML in a widget, a description shown as HTML, a model with its own code.
@@ -316,6 +321,18 @@ def test_widgets_work_as_on_ipykernel_and_run_no_script(
         for _ in range(2):
             page.keyboard.press("ArrowRight")
         page.get_by_text("square 49").wait_for(timeout=30_000)  # interact ran show(7)
+        plots = page.locator(".widget-output img[src^='data:image/png']")
+        assert plots.count() >= 1, "interact's plot is not shown"
+        before = plots.last.get_attribute("src")
+        sliders.nth(2).focus()
+        page.keyboard.press("ArrowRight")
+        page.wait_for_function(
+            "before => { const imgs = document.querySelectorAll("
+            "\".widget-output img[src^='data:image/png']\");"
+            " return imgs.length && imgs[imgs.length - 1].src !== before; }",
+            arg=before,
+            timeout=30_000,
+        )  # the plot was drawn again for the new n
         output = page.locator(".widget-output").get_by_text("captured by the Output widget")
         assert output.count() == 1, "the Output widget captured nothing"
         bars = page.evaluate("window.__bars.size")
