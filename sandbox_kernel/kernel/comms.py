@@ -26,21 +26,53 @@ import asyncio
 import base64
 import contextlib
 import threading
-from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any, Final
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
-from sandbox_kernel.kernel.firewall import removal_note
+from sandbox_kernel.kernel.firewall import OutputFirewall, removal_note
 from sandbox_kernel.kernel.streams import StreamPublisher
 from sandbox_kernel.kernel.widgets import WidgetFirewall
 from sandbox_kernel.repl.models import CommMessage
 
 if TYPE_CHECKING:
-    from sandbox_kernel.kernel.kernel import SandboxKernel
+    import logging
+
+    from sandbox_kernel.kernel.publisher import Publisher
+    from sandbox_kernel.repl.sandbox import ReplSandbox
 
 __all__ = ["KernelComms"]
 
 MAX_INBOUND_BYTES: Final = 16 * 1024 * 1024
 COMM_TYPES: Final = ("comm_open", "comm_msg", "comm_close")
+
+
+class CommHost(Protocol):
+    """What the comm handlers use of the kernel (ipykernel's Kernel and ours): its session,
+    publisher and firewall, its shell channel's handlers and parents, its log."""
+
+    repl: ReplSandbox
+    out: Publisher
+    firewall: OutputFirewall
+    shell_handlers: dict[str, Any]
+    iopub_socket: Any
+    session: Any
+    log: logging.Logger
+    _shell_parent_ident: Any
+
+    # Methods, ipykernel's untyped there (send_response: stream, msg_type, content, ...,
+    # buffers=, metadata=), as read-only members.
+    @property
+    def send_response(self) -> Callable[..., Any]: ...
+    @property
+    def get_parent(self) -> Callable[..., dict[str, Any]]: ...
+    @property
+    def set_parent(self) -> Callable[..., None]: ...
+    @property
+    def _get_shell_context_var(self) -> Callable[[Any], Any]: ...
+    @property
+    def _send_stream(self) -> Callable[[str, str, dict[str, Any]], None]: ...
+    @property
+    def _session_ready(self) -> Callable[..., Awaitable[None]]: ...
 
 
 class Gate:
@@ -94,7 +126,7 @@ class Gate:
 class KernelComms:
     """The kernel's comm handlers and its publishing of guest comms."""
 
-    def __init__(self, kernel: SandboxKernel) -> None:
+    def __init__(self, kernel: CommHost) -> None:
         self.kernel = kernel
         self.firewall = WidgetFirewall(kernel.firewall)
         # Cells and comm messages into the guest, one at a time in the order they came.
@@ -137,7 +169,7 @@ class KernelComms:
         }
 
     @contextlib.asynccontextmanager
-    async def ordered(self, kernel: Any) -> AsyncIterator[None]:
+    async def ordered(self, kernel: CommHost) -> AsyncIterator[None]:
         """A cell's turn at the gate. ipykernel runs a comm message that came during a cell
         as a task of its own and, when it ends, sets the shell's parent back to what it was
         when the message came: for a cell that was waiting here, another cell's. So the
