@@ -24,6 +24,7 @@ import time
 from typing import Any
 
 from bench_kernel import SETTLE_SECONDS, running
+from record import Figure, Row, arguments, save
 
 KEY_ERROR = "pd.DataFrame({'a': [1]})['b']"
 DIVISION = "1 / 0"
@@ -39,8 +40,9 @@ def failing(client: Any, code: str, ename: str) -> float:
 
 
 def main() -> int:
-    blocks = int(sys.argv[1]) if len(sys.argv) > 1 else 3
-    errors = int(sys.argv[2]) if len(sys.argv) > 2 else 20
+    args = arguments()
+    blocks = int(args[0]) if len(args) > 0 else 3
+    errors = int(args[1]) if len(args) > 1 else 20
     taken: dict[str, dict[str, list[float]]] = {
         name: {"first error": [], "KeyError": [], "1/0": []} for name in KERNELS
     }
@@ -61,9 +63,20 @@ def main() -> int:
                     ]
     base, ours = taken["sandbox-baseline"], taken["sandbox-python"]
     print(f"{'median':<13}{'ipykernel':>12}{'sandbox':>12}{'ratio':>9}")
+    rows = []
     for key in base:
         before, after = statistics.median(base[key]), statistics.median(ours[key])
         print(f"{key:<13}{before * 1e3:>10.1f}ms{after * 1e3:>10.1f}ms{after / before:>8.2f}x")
+        rows.append(Row(label=key, baseline=before * 1e3, subject=after * 1e3))
+    figure = Figure(
+        title="A cell's error, to its reply",
+        baseline="ipykernel",
+        subject="sandbox-python",
+        unit="ms",
+        rows=rows,
+        note=f"Medians; {blocks} blocks alternating the kernels, {errors} errors a kind a block.",
+    )
+    save("bench_errors", "Errors against ipykernel", [figure])
     return 0
 
 

@@ -16,6 +16,7 @@ import tempfile
 import time
 
 from bench_kernel import SETTLE_SECONDS, interrupt, round_trip, running
+from record import Figure, Row, arguments, save
 
 ARMS = {
     "ipykernel OutStream": ("--SandboxKernelApp.outstream_class=ipykernel.iostream.OutStream",),
@@ -24,9 +25,10 @@ ARMS = {
 
 
 def main() -> int:
-    blocks = int(sys.argv[1]) if len(sys.argv) > 1 else 4
-    rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 200
-    interrupts = int(sys.argv[3]) if len(sys.argv) > 3 else 10
+    args = arguments()
+    blocks = int(args[0]) if len(args) > 0 else 4
+    rounds = int(args[1]) if len(args) > 1 else 200
+    interrupts = int(args[2]) if len(args) > 2 else 10
     taken: dict[str, dict[str, list[float]]] = {
         arm: {"round_trip": [], "interrupt": []} for arm in ARMS
     }
@@ -43,9 +45,20 @@ def main() -> int:
                     ]
     base, quiet = taken["ipykernel OutStream"], taken["QuietOutStream"]
     print(f"{'median':<12}{'OutStream':>12}{'Quiet':>12}{'ratio':>9}")
+    rows = []
     for key in ("round_trip", "interrupt"):
         before, after = statistics.median(base[key]), statistics.median(quiet[key])
         print(f"{key:<12}{before * 1e3:>10.2f}ms{after * 1e3:>10.2f}ms{after / before:>8.2f}x")
+        rows.append(Row(label=key.replace("_", " "), baseline=before * 1e3, subject=after * 1e3))
+    figure = Figure(
+        title="The kernel's own stdout and stderr",
+        baseline="ipykernel's OutStream",
+        subject="QuietOutStream",
+        unit="ms",
+        rows=rows,
+        note=f"Medians; the same sandbox-python kernel started with each, {blocks} blocks.",
+    )
+    save("bench_host_streams", "The kernel's host streams", [figure])
     return 0
 
 

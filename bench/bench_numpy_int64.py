@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import statistics
 
+from record import Figure, Row, save
+
 from sandbox_kernel import ExecutionPolicy, REPLConfig, create_repl
 
 ROUNDS = 5
@@ -62,6 +64,7 @@ def main() -> None:
         setup = repl.execute(SETUP)
         assert setup.status == "ok", setup
         print(f"{'cell':<8} {'numpy (ms)':>11} {'int64 (ms)':>11} {'ratio':>6}")
+        rows = []
         for name in ("calls", "work"):
             samples: dict[bool, list[float]] = {True: [], False: []}
             for _ in range(ROUNDS):
@@ -72,6 +75,16 @@ def main() -> None:
             base = statistics.median(samples[False])
             ours = statistics.median(samples[True])
             print(f"{name:<8} {base:>11.1f} {ours:>11.1f} {ours / base:>6.2f}x")
+            rows.append(Row(label=name, baseline=base, subject=ours))
+        figure = Figure(
+            title="numpy's 64-bit default integer in the guest",
+            baseline="NumPy's own functions",
+            subject="as the sandbox patches them",
+            unit="ms",
+            rows=rows,
+            note=f"Median of {ROUNDS} rounds in one session, the two alternating.",
+        )
+        save("bench_numpy_int64", "The 64-bit default integer", [figure])
     finally:
         repl.destroy()
 
