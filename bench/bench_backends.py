@@ -30,6 +30,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from record import Figure, Row, arguments, save
+
 from sandbox_kernel import ExecutionPolicy, REPLConfig, create_repl
 from sandbox_kernel.repl.daemon import DaemonSettings, start_daemon, stop_daemon
 
@@ -136,11 +138,14 @@ def main(rounds: int) -> None:
             base = {key: statistics.median(figures["native"][key]) for key in figures["native"]}
             print(f"{rounds} sessions per backend, medians (ratio against native)")
             print(f"{'backend':<9} {'start ms':>16} {'execute ms':>16} {'interrupt ms':>16}")
+            rows: dict[str, list[Row]] = {"start": [], "execute": [], "interrupt": []}
             for name in BACKENDS:
                 cells = []
                 for key in ("start", "execute", "interrupt"):
                     value = statistics.median(figures[name][key])
                     cells.append(f"{value:8.2f} ({value / base[key]:4.2f}x)")
+                    if name != "native":
+                        rows[key].append(Row(label=name, baseline=base[key], subject=value))
                 print(f"{name:<9} " + " ".join(f"{cell:>16}" for cell in cells))
             fresh: dict[str, list[float]] = {"wasm": [], "daemon": []}
             for round_ in range(rounds):
@@ -156,9 +161,22 @@ def main(rounds: int) -> None:
             for clients in (1, 4, 16):
                 rate = throughput(socket, folder / f"throughput-{clients}", clients)
                 print(f"  {clients:>2} clients: {rate:8.0f} /s")
+            titles = {
+                "start": "A session's start",
+                "execute": "A trivial execute",
+                "interrupt": "An interrupt, to the cell's end",
+            }
+            note = f"Medians of {rounds} sessions a backend, alternating; native is no sandbox."
+            saved = [
+                Figure(title=titles[key], baseline="native backend", subject="backend",
+                       unit="ms", rows=rows[key], note=note)
+                for key in ("start", "execute", "interrupt")
+            ]  # fmt: skip
+            save("bench_backends", "The REPL backends", saved)
         finally:
             stop_daemon(socket)
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 5)
+    given = arguments()
+    main(int(given[0]) if given else 5)

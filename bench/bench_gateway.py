@@ -26,6 +26,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from record import Figure, Row, arguments, save  # noqa: E402
+
 from tests.kernel.gateway import Gateway, start_gateway  # noqa: E402
 
 BASELINE = "sandbox-baseline"  # ipykernel with the guest's numpy and pandas (bin/setup --tests)
@@ -103,7 +105,8 @@ def available_mib() -> float:
 
 
 def main() -> None:
-    count = int(sys.argv[1]) if len(sys.argv) > 1 else 8
+    args = arguments()
+    count = int(args[0]) if args else 8
     with tempfile.TemporaryDirectory(prefix="bench-gateway-") as folder:
         gateway = start_gateway(Path(folder), free_port())
         try:
@@ -116,10 +119,33 @@ def main() -> None:
                   f"sandbox-python {trips['sandbox-python'] * 1000:.2f} ms, "
                   f"ratio {trips['sandbox-python'] / trips[BASELINE]:.2f}x")  # fmt: skip
             spare = available_mib()
+            held = {}
             for kind in KINDS:
-                pss = memory(gateway, kind, count)
+                pss = held[kind] = memory(gateway, kind, count)
                 print(f"{count} {kind} kernels held: PSS {pss:.0f} MiB each; MemAvailable "
                       f"{spare:.0f} MiB holds about {int(spare // pss)} of them")  # fmt: skip
+            ours = "sandbox-python"
+            timing = Figure(
+                title="Kernels through Jupyter Kernel Gateway",
+                baseline="ipykernel",
+                subject="sandbox-python",
+                unit="ms",
+                rows=[
+                    Row(label="start, to the first reply (median of 5)",
+                        baseline=starts[BASELINE] * 1000, subject=starts[ours] * 1000),
+                    Row(label="round trip of x = 1 (median of 200)",
+                        baseline=trips[BASELINE] * 1000, subject=trips[ours] * 1000),
+                ],
+                note="Both kernels behind the same gateway, over its REST API and WebSocket.",
+            )  # fmt: skip
+            memory_figure = Figure(
+                title=f"Memory of {count} kernels held by the gateway",
+                baseline="ipykernel",
+                subject="sandbox-python",
+                unit="MiB",
+                rows=[Row(label="PSS per kernel", baseline=held[BASELINE], subject=held[ours])],
+            )
+            save("bench_gateway", "Kernels through a gateway", [timing, memory_figure])
         finally:
             gateway.stop()
 
