@@ -18,6 +18,7 @@ ALLOWED_MIME_TYPES = re.compile(
     r"text/(plain|html|markdown|latex)|image/(png|jpeg|gif|webp|bmp|svg\+xml)"
     r"|application/(json|geo\+json|vnd\.dataresource\+json)"
     r"|application/vnd\.(vega(lite)?\.v\d+(\.\d+)*|plotly\.v\d+)\+json"
+    r"|application/vnd\.jupyter\.widget-view\+json"  # a model id (its model is widgets.py's)
 )
 FORBIDDEN_ELEMENTS = frozenset(
     [
@@ -96,5 +97,8 @@ def assert_inert_bundle(data: dict[str, Any], where: str = "") -> None:
         elif mime.startswith("application/"):
             text = json.dumps(value).lower()
             assert "javascript:" not in text, f"{where}: script URL in {mime}"
+            if mime == "application/vnd.jupyter.widget-view+json":
+                assert set(value) <= {"model_id", "version_major", "version_minor"}, where
+                assert re.fullmatch(r"[A-Za-z0-9_-]{1,64}", value["model_id"]), where
             if "vega" in mime or "plotly" in mime:
                 assert "http:" not in text and "https:" not in text, f"{where}: URL in {mime}"

@@ -157,7 +157,15 @@ PROBES = (
     ),
     Probe(
         "widget-view",
-        _raw({"application/vnd.jupyter.widget-view+json": {"model_id": "x", "version_major": 2}}),
+        _raw(
+            {
+                "application/vnd.jupyter.widget-view+json": {
+                    "model_id": f"<img src=x onerror={PAYLOAD!r}>",
+                    "version_major": 2,
+                    "_esm": PAYLOAD,
+                }
+            }
+        ),
     ),
     Probe("mixed-case-mime", _raw({"TEXT/HTML; charset=utf-8": f"<script>{PAYLOAD}</script>"})),
 )

@@ -321,3 +321,15 @@ def test_a_css_escape_cannot_close_the_style_element_after_scoping() -> None:
         assert "<img" not in cleaned.text.replace("&lt;img", "")
         assert cleaned.text.count("</style>") == 1
         assert_inert_bundle({"text/html": cleaned.text})
+
+
+def test_a_widget_view_passes_as_its_model_id_only(firewall: OutputFirewall) -> None:
+    view = {"model_id": "a5ffd98e47c746f6", "version_major": 2, "version_minor": 0}
+    shown = firewall.bundle(
+        {"application/vnd.jupyter.widget-view+json": {**view, "_esm": "alert(1)"}}
+    )
+    assert shown.data == {"application/vnd.jupyter.widget-view+json": view}
+    forged = firewall.bundle(
+        {"application/vnd.jupyter.widget-view+json": {"model_id": "<img onerror=x()>"}}
+    )
+    assert forged.data == {} and forged.removed
