@@ -17,7 +17,9 @@ it is linked again, one the user deleted goes from the layer too.
 
 Never shown: names starting with "." (hidden files and folders: .git, .env, .ssh, .aws, the
 layer itself), known secret files (SECRET_NAMES: SSH and TLS keys, cloud credentials, key
-stores), links, FIFOs, sockets and devices, and beyond MAX_ENTRIES files. A folder that is
+stores), tool folders that are not the notebook's data (a virtual environment, which holds a
+pyvenv.cfg; __pycache__; node_modules), links, FIFOs, sockets and devices, and beyond
+MAX_ENTRIES files. A folder that is
 the home folder, or holds it, is refused whole (OverlayRefused).
 
 How the guard knows a shared file: wasmtime's WASI reports as a file's inode the SipHash-1-3
@@ -73,6 +75,8 @@ SECRET_NAMES: Final = re.compile(
     r"|authorized_keys)",
     re.IGNORECASE,
 )
+# Folders of tools, not data: never shown (a virtual environment is found by its pyvenv.cfg).
+TOOL_FOLDERS: Final = frozenset({"__pycache__", "node_modules"})
 EINTR, EFBIG = 27, 22  # WASI preview1 errno values
 _CHUNK = 1 << 20
 _INODE_OFFSET = 8  # filestat: dev u64, ino u64, filetype u8, nlink u64, size u64, ...
@@ -330,6 +334,8 @@ def _shown_files(
             if relative in left_out:
                 continue
             if entry.is_dir(follow_symlinks=False):
+                if entry.name in TOOL_FOLDERS or os.path.isfile(Path(entry.path, "pyvenv.cfg")):
+                    continue
                 count += 1
                 stack.append(relative)
             elif entry.is_file(follow_symlinks=False):

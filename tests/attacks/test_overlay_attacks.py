@@ -41,6 +41,9 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (root / "id_ed25519").write_text("-----BEGIN OPENSSH PRIVATE KEY-----\n")
     (root / "server.pem").write_text("-----BEGIN CERTIFICATE-----\n")
     (root / "big.bin").write_bytes(b"b" * 200_000)  # over the policy's file cap
+    (root / "venv" / "lib").mkdir(parents=True)  # a virtual environment: tools, not data
+    (root / "venv" / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    (root / "__pycache__").mkdir()
     return root
 
 
@@ -174,6 +177,8 @@ def test_hidden_and_secret_files_are_not_there(session: ReplSandbox) -> None:
     )
     lines = shown.splitlines()
     assert lines[0] == "[]", shown
+    tools = _run(session, "print(sorted({'venv', '__pycache__'} & set(os.listdir('.'))))")
+    assert tools.strip() == "[]", tools
     assert not any(line.startswith("read") for line in lines), shown
 
 

@@ -18,12 +18,13 @@ COUNTDOWN = (
     "print(' done')"
 )
 PARTS = "import time\nfor part in ('a', 'b', 'c'):\n    print(part, end='')\n    time.sleep(0.4)\n"
-TQDM = (
+TQDM = (  # the text bar, on stderr
     "import time\n"
-    "from tqdm.auto import tqdm\n"
+    "from tqdm import tqdm\n"
     "for i in tqdm(range(4), mininterval=0):\n"
     "    time.sleep(0.4)\n"
 )
+TQDM_AUTO = TQDM.replace("from tqdm import", "from tqdm.auto import")  # the widget bar
 
 
 def _spread(execution: Execution, name: str = "stdout") -> float:
@@ -52,3 +53,13 @@ def test_a_tqdm_bar_updates_while_the_cell_runs_without_a_warning(kernel: Runnin
     updates = [o for o in execution.of_type("stream") if o.content["name"] == "stderr"]
     assert len(updates) >= 3, execution.describe()
     assert _spread(execution, "stderr") >= 0.7, execution.describe()
+
+
+def test_a_tqdm_auto_widget_bar_updates_while_the_cell_runs(kernel: RunningKernel) -> None:
+    """tqdm.auto in a notebook is a widget: its updates are comm messages, which arrive while
+    the cell runs, as its text bar's lines do."""
+    execution = kernel.run_ok(TQDM_AUTO)
+    updates = [o for o in execution.of_type("comm_msg") if "value" in str(o.content)]
+    assert len(updates) >= 3, execution.describe()
+    assert max(o.at for o in updates) - min(o.at for o in updates) >= 0.7, execution.describe()
+    assert "TqdmMonitorWarning" not in execution.stream("stderr")
