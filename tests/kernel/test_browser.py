@@ -76,6 +76,7 @@ WIDGET_CELLS = [
     "w.interact(draw, n=(2, 20))",
     "%matplotlib widget\nimport matplotlib.pyplot as plt\nfig, ax = plt.subplots()\n"
     "ax.plot([1, 3, 2]);",
+    "%matplotlib inline",  # interact's plot above is drawn inline again when its slider moves
     # Attacks: HTML in a widget, a description shown as HTML, a model with its own code.
     f"w.HTML('<img src=x onerror=\"{BUMP}\">')",
     f"w.Checkbox(description='<img src=x onerror=\"{BUMP}\">', description_allow_html=True)",
