@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from sandbox_kernel.core.policy import ExecutionPolicy
+from sandbox_kernel.host.cache import cache_dir
 from sandbox_kernel.host.overlay import OverlayRefused, prepare_overlay
 from sandbox_kernel.repl import REPLConfig, ReplSandbox
 
@@ -219,6 +220,8 @@ def test_a_planted_link_for_the_layer_is_refused(tmp_path: Path) -> None:
 def test_the_home_folder_is_never_shown(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     home = tmp_path / "home"
     (home / ".ssh").mkdir(parents=True)
+    # The compiled guest and its library stay where they are (they are found through HOME).
+    monkeypatch.setenv("SANDBOX_KERNEL_CACHE", str(cache_dir()))
     monkeypatch.setenv("HOME", str(home))
     for folder in (home, tmp_path):  # the home folder, and a folder that holds it
         with pytest.raises(OverlayRefused, match="home folder") as refused:
