@@ -99,7 +99,7 @@ def save(bench: str, title: str, figures: list[Figure]) -> Path | None:
     result = BenchResult(
         bench=bench,
         title=title,
-        command=" ".join(["python", f"bench/{bench}.py", *_arguments()]),
+        command=" ".join(["python", f"bench/{bench}.py", *arguments()]),
         date=datetime.date.today(),
         machine=Machine.here(),
         figures=figures,
@@ -113,8 +113,4 @@ def save(bench: str, title: str, figures: list[Figure]) -> Path | None:
 
 def arguments() -> list[str]:
     """The command line's arguments, without --no-save."""
-    return _arguments()
-
-
-def _arguments() -> list[str]:
     return [arg for arg in sys.argv[1:] if arg != "--no-save"]

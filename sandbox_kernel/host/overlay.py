@@ -48,13 +48,7 @@ from typing import Any, Final
 from sandbox_kernel.core.errors import SandboxError
 from sandbox_kernel.core.notebook_folder import STATE_FOLDER, layer_of
 from sandbox_kernel.host import wasi_quota
-from sandbox_kernel.host.run_guard import (
-    EACCES,
-    FILESTAT_NLINK_OFFSET,
-    FILESTAT_TYPE_OFFSET,
-    REGULAR_FILE,
-    RunGuard,
-)
+from sandbox_kernel.host.run_guard import EACCES, REGULAR_FILE, FileStat, RunGuard
 
 __all__ = [
     "MAX_ENTRIES",
@@ -79,7 +73,6 @@ SECRET_NAMES: Final = re.compile(
 TOOL_FOLDERS: Final = frozenset({"__pycache__", "node_modules"})
 EINTR, EFBIG = 27, 22  # WASI preview1 errno values
 _CHUNK = 1 << 20
-_INODE_OFFSET = 8  # filestat: dev u64, ino u64, filetype u8, nlink u64, size u64, ...
 _MASK = 0xFFFFFFFFFFFFFFFF
 
 
@@ -138,25 +131,25 @@ class Overlay:
     """A prepared layer: where it is, which of its files are the user's (by WASI inode), and
     what was left out."""
 
-    real: Path
     layer: Path
     shared: frozenset[int]  # WASI inodes of the user's files linked into the layer
     notes: list[str] = field(default_factory=list)
 
     def before_write(
-        self, guard: RunGuard, caller: Any, fd: int, dirflags: int, path: bytes, truncate: bool
+        self,
+        guard: RunGuard,
+        caller: Any,
+        fd: int,
+        path: bytes,
+        found: FileStat | None,
+        truncate: bool,
     ) -> int:
-        """Before the guest changes the file at `path` (under `fd`): 0 to go on (a copy-up
-        done if it was the user's), else a WASI errno with the refusal noted."""
-        if guard.private_at_path(caller, "path_filestat_get", fd, dirflags, path, 0):
-            return 0  # nothing there (a new file): nothing of the user's to protect
-        raw = bytes(guard.private_memory.read(caller, 0, 64))
-        inode = struct.unpack_from("<Q", raw, _INODE_OFFSET)[0]
-        if raw[FILESTAT_TYPE_OFFSET] != REGULAR_FILE or inode not in self.shared:
-            return 0
-        if struct.unpack_from("<Q", raw, FILESTAT_NLINK_OFFSET)[0] < 2:
-            return 0  # the user's own link is gone: the layer's is the file's only name
-        host = self._find(guard, fd, path, inode)
+        """Before the guest changes the file at `path` (under `fd`; `found` is what it is, None
+        for nothing there): 0 to go on (a copy-up done if it was the user's), else a WASI
+        errno with the refusal noted."""
+        if found is None or not self._shared(found):
+            return 0  # a new file, the guest's own, or one whose user link is gone
+        host = self._find(guard, fd, path, found.inode)
         shown = path.decode(errors="replace")
         if host is None:
             detail = f"{shown!r} is a file of the notebook's folder reached by a moved path"
@@ -167,15 +160,15 @@ class Overlay:
         """Before the guest changes a file through a descriptor it holds (its timestamps):
         a file shared with the user's cannot be copied under an open descriptor, so that is
         refused."""
-        if guard.private(caller, "fd_filestat_get", fd, 0):
-            return 0  # not a descriptor WASI knows: the call itself will say so
-        raw = bytes(guard.private_memory.read(caller, 0, 64))
-        inode = struct.unpack_from("<Q", raw, _INODE_OFFSET)[0]
-        links = struct.unpack_from("<Q", raw, FILESTAT_NLINK_OFFSET)[0]
-        if inode in self.shared and links >= 2:
+        found = guard.fd_stat(caller, fd)
+        if found is not None and self._shared(found):
             detail = f"fd {fd} is a file of the notebook's folder: set its times by its path"
             return guard.refuse("fs_denied", detail, EACCES)
         return 0
+
+    def _shared(self, found: FileStat) -> bool:
+        """A regular file that is one of the user's and still has the user's link too."""
+        return found.kind == REGULAR_FILE and found.inode in self.shared and found.links >= 2
 
     def _find(self, guard: RunGuard, fd: int, path: bytes, inode: int) -> Path | None:
         """The host path of the file the guest names, if it is the file with `inode` and lies
@@ -205,7 +198,8 @@ class Overlay:
 def _copy_up(guard: RunGuard, host: Path, truncate: bool, shown: str) -> int:
     """Replace the link at `host` with a private copy of its file (empty when the open will
     truncate it anyway), bounded by the file cap, the quota and the turn's deadline."""
-    size = 0 if truncate else host.stat().st_size
+    st = host.stat()
+    size = 0 if truncate else st.st_size
     if size > guard.limits.max_file_bytes:
         detail = f"{shown!r}: a copy of {size:,} bytes is over the file cap"
         return guard.refuse("file_size", detail, EFBIG)
@@ -213,7 +207,7 @@ def _copy_up(guard: RunGuard, host: Path, truncate: bool, shown: str) -> int:
     if refused is not None:
         return refused
     temporary = host.with_name(f".{host.name}.{secrets.token_hex(6)}.copy")
-    mode = host.stat().st_mode & 0o7777
+    mode = st.st_mode & 0o7777
     try:
         with contextlib.ExitStack() as stack:
             out = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
@@ -254,7 +248,7 @@ def prepare_overlay(real: Path, exclude: tuple[Path, ...] = ()) -> Overlay:
     layer = _private_folder(layer_of(real))
     record_path = state / "state.json"
     before = _read_record(record_path)
-    overlay = Overlay(real, layer, frozenset())
+    overlay = Overlay(layer, frozenset())
     linked: dict[str, tuple[int, int]] = {}
     shared: set[int] = set()
     skipped = 0

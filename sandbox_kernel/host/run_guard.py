@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import wasmtime
 
@@ -74,10 +74,29 @@ PRIVATE_SIGNATURES: dict[str, tuple[str, ...]] = {
     "fd_close": ("i32",),
 }
 PRIVATE = tuple(PRIVATE_SIGNATURES)
-FILESTAT_TYPE_OFFSET, FILESTAT_NLINK_OFFSET = 16, 24
 DIRECTORY, REGULAR_FILE, SYMBOLIC_LINK = 3, 4, 7  # WASI filetypes (a FIFO is 0, "unknown")
 OPENABLE = frozenset({DIRECTORY, REGULAR_FILE, SYMBOLIC_LINK})
 FILESTAT_SIZE_OFFSET = 32  # filestat: dev, ino, filetype(+pad), nlink, size, atim, mtim, ctim
+
+
+class FileStat(NamedTuple):
+    """The parts of a WASI filestat the guards read."""
+
+    inode: int  # wasmtime's: SipHash-1-3 of the host's device and inode (overlay.py)
+    kind: int  # a WASI filetype
+    links: int
+    size: int
+
+    @classmethod
+    def read(cls, raw: bytes) -> FileStat:
+        inode, kind, links, size = struct.unpack_from("<8xQB7xQQ", raw)
+        return cls(inode, kind, links, size)
+
+    @property
+    def special(self) -> bool:
+        """A FIFO, socket or device: opening or reading one can block the host's thread for
+        good, where neither the epoch deadline nor an interrupt reaches."""
+        return self.kind not in OPENABLE
 
 
 @dataclass(frozen=True)
@@ -99,7 +118,13 @@ class WriteGuard(Protocol):
     a WASI errno (the refusal noted on the guard)."""
 
     def before_write(
-        self, guard: RunGuard, caller: Any, fd: int, dirflags: int, path: bytes, truncate: bool
+        self,
+        guard: RunGuard,
+        caller: Any,
+        fd: int,
+        path: bytes,
+        found: FileStat | None,
+        truncate: bool,
     ) -> int: ...
 
     def before_fd_change(self, guard: RunGuard, caller: Any, fd: int) -> int: ...
@@ -233,16 +258,23 @@ class RunGuard:
         """How long the file behind `fd` is now."""
         return self._ask(caller, "fd_filestat_get", fd, FILESTAT_SIZE_OFFSET)
 
-    def special_file(self, store: Any, fd: int, dirflags: int, path: bytes) -> bool:
-        """Whether `path` (under `fd`, links followed as `dirflags` says) is a FIFO, socket or
-        device: opening or reading one can block the host's thread for good, where neither the
-        epoch deadline nor an interrupt reaches. A path that does not exist is not."""
+    def path_stat(self, store: Any, fd: int, dirflags: int, path: bytes) -> FileStat | None:
+        """What `path` (under `fd`, links followed as `dirflags` says) is, asked through the
+        private trampoline; None when WASI refused (nothing there)."""
         if self.private_at_path(store, "path_filestat_get", fd, dirflags, path, 0):
-            return False
-        return (
-            self._private_memory.read(store, FILESTAT_TYPE_OFFSET, FILESTAT_TYPE_OFFSET + 1)[0]
-            not in OPENABLE
-        )
+            return None
+        return FileStat.read(bytes(self._private_memory.read(store, 0, 64)))
+
+    def fd_stat(self, store: Any, fd: int) -> FileStat | None:
+        """What the file behind `fd` is; None when WASI refused (no such descriptor)."""
+        if self.private(store, "fd_filestat_get", fd, 0):
+            return None
+        return FileStat.read(bytes(self._private_memory.read(store, 0, 64)))
+
+    def special_file(self, store: Any, fd: int, dirflags: int, path: bytes) -> bool:
+        """Whether `path` is a FIFO, socket or device (see FileStat.special)."""
+        found = self.path_stat(store, fd, dirflags, path)
+        return found is not None and found.special
 
     def unique_file_size(self, caller: Any, fd: int, path_ptr: int, path_len: int) -> int:
         """The size of the regular file at `path` (under `fd`, links not followed) if it has
@@ -251,15 +283,10 @@ class RunGuard:
         if path_len > MAX_PATH_BYTES:
             return 0
         path = bytes(caller["memory"].read(caller, path_ptr, path_ptr + path_len))
-        if self.private_at_path(caller, "path_filestat_get", fd, 0, path, 0):
+        found = self.path_stat(caller, fd, 0, path)
+        if found is None or found.kind != REGULAR_FILE or found.links != 1:
             return 0
-        raw = bytes(self._private_memory.read(caller, 0, 64))
-        kind, links = (
-            raw[FILESTAT_TYPE_OFFSET],
-            struct.unpack_from("<Q", raw, FILESTAT_NLINK_OFFSET)[0],
-        )
-        size = struct.unpack_from("<Q", raw, FILESTAT_SIZE_OFFSET)[0]
-        return int(size) if kind == REGULAR_FILE and links == 1 else 0
+        return found.size
 
 
 def fuel_left(context: Any) -> int | None:

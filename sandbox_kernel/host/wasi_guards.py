@@ -137,14 +137,14 @@ def _path_open(guard: RunGuard, caller: Any, *args: int) -> int:
     if path_len > MAX_PATH_BYTES:
         return EINVAL
     path = bytes(caller["memory"].read(caller, path_ptr, path_ptr + path_len))
-    if guard.special_file(caller, fd, dirflags, path):
+    found = guard.path_stat(caller, fd, dirflags, path)  # one question for both checks
+    if found is not None and found.special:
         detail = f"{path.decode(errors='replace')!r} is a FIFO, socket or device"
         return guard.refuse("fs_denied", detail, EACCES)
     oflags, rights = args[4], args[5]
     if guard.write_guard is not None and (oflags & O_TRUNC or rights & WRITE_RIGHTS):
-        refused = guard.write_guard.before_write(
-            guard, caller, fd, dirflags, path, bool(oflags & O_TRUNC)
-        )
+        truncate = bool(oflags & O_TRUNC)
+        refused = guard.write_guard.before_write(guard, caller, fd, path, found, truncate)
         if refused:
             return refused
     errno = guard.forward(caller, "path_open", *args)
@@ -166,7 +166,8 @@ def _path_filestat_set_times(guard: RunGuard, caller: Any, *args: int) -> int:
         if path_len > MAX_PATH_BYTES:
             return EINVAL
         path = bytes(caller["memory"].read(caller, path_ptr, path_ptr + path_len))
-        refused = guard.write_guard.before_write(guard, caller, fd, dirflags, path, False)
+        found = guard.path_stat(caller, fd, dirflags, path)
+        refused = guard.write_guard.before_write(guard, caller, fd, path, found, False)
         if refused:
             return refused
     return guard.forward(caller, "path_filestat_set_times", *args)

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 from sandbox_kernel.kernel.firewall import OutputFirewall, removal_note
 from sandbox_kernel.kernel.streams import StreamPublisher
 from sandbox_kernel.kernel.widgets import WidgetFirewall
-from sandbox_kernel.repl.models import CommMessage
+from sandbox_kernel.repl.models import COMM_TYPES, CommMessage
 
 if TYPE_CHECKING:
     import logging
@@ -43,7 +43,6 @@ if TYPE_CHECKING:
 __all__ = ["KernelComms"]
 
 MAX_INBOUND_BYTES: Final = 16 * 1024 * 1024
-COMM_TYPES: Final = ("comm_open", "comm_msg", "comm_close")
 
 
 class CommHost(Protocol):

@@ -70,7 +70,6 @@ class WidgetFirewall:
     def __init__(self, firewall: OutputFirewall) -> None:
         self.firewall = firewall
         self._models: dict[str, _Model | None] = {}  # comm_id -> model; None: a control comm
-        self._refused: set[str] = set()
 
     def admit(self, message: CommMessage) -> tuple[AdmittedComm | None, list[str]]:
         """The message as it may leave (None: dropped), and what was removed, for the note."""
@@ -94,7 +93,6 @@ class WidgetFirewall:
         if isinstance(data, dict):
             content["data"] = self._data(comm_id, dict(data), removed)
             if content["data"] is None:
-                self._refused.add(comm_id)
                 self._models.pop(comm_id, None)
                 return None, removed
         return AdmittedComm(content, _plain_metadata(message.metadata), buffers), removed
@@ -109,7 +107,6 @@ class WidgetFirewall:
             self._models[comm_id] = None
             return AdmittedComm(content, _plain_metadata(metadata), buffers), []
         if target != WIDGET_TARGET:
-            self._refused.add(comm_id)
             return None, [f"a comm of target {str(target)[:80]!r} (its frontend code is unknown)"]
         data = content.get("data")
         state = data.get("state") if isinstance(data, dict) else None
@@ -118,7 +115,6 @@ class WidgetFirewall:
         removed: list[str] = []
         refusal = _refusal(state)
         if refusal is not None:
-            self._refused.add(comm_id)
             return None, [refusal]
         model = _Model(str(state.get("_model_name", "")))
         self._models[comm_id] = model

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import AfterValidator, Base64Bytes, BaseModel, ConfigDict, Field, PositiveInt
 
@@ -17,6 +17,7 @@ from sandbox_kernel.core.results import WheelRecord
 from sandbox_kernel.core.usage import LLMUsage
 
 __all__ = [
+    "COMM_TYPES",
     "CodeExecution",
     "CommMessage",
     "DisplayMessage",
@@ -58,13 +59,17 @@ class DisplayMessage(BaseModel):
     update: bool = False
 
 
+CommType = Literal["comm_open", "comm_msg", "comm_close"]
+COMM_TYPES: tuple[CommType, ...] = get_args(CommType)
+
+
 class CommMessage(BaseModel):
     """A guest comm's message for the frontend: a comm_open (content has target_name),
     comm_msg or comm_close, its content ({"comm_id", "data", ...}) and binary buffers."""
 
     model_config = ConfigDict(frozen=True, extra="ignore")
 
-    msg_type: Literal["comm_open", "comm_msg", "comm_close"]
+    msg_type: CommType
     content: dict[str, Any]
     metadata: dict[str, Any] = Field(default_factory=dict)
     buffers: list[Base64Bytes] = Field(default_factory=list)

@@ -14,12 +14,12 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from sandbox_kernel.repl.models import COMM_TYPES
 from sandbox_kernel.repl.protocol import DRIVER_NAME
 
 __all__ = ["GuestCalls", "Streams"]
 
 Streams = tuple[Callable[[str], None] | None, Callable[[str], None] | None]
-COMM_TYPES = frozenset({"comm_open", "comm_msg", "comm_close"})
 
 
 class GuestCalls:

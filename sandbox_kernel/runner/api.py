@@ -231,11 +231,8 @@ class _Run:
             execution = run.python(code)
             payload = run.collect()
         drawn = payload.figure_png if isinstance(payload, TablePayload) else None
-        figure, cut = checked_figure(drawn or last_png(execution), settings.max_figure_bytes)
-        response = self._table(request, payload, execution.stdout, execution.stderr)
-        hits = [*response.limits_hit, *cut]
-        update = {"figure_png": figure, "limits_hit": hits, "truncated": bool(hits)}
-        return response.model_copy(update=update)
+        chart = checked_figure(drawn or last_png(execution), settings.max_figure_bytes)
+        return self._table(request, payload, execution.stdout, execution.stderr, chart)
 
     def _sql(
         self,
@@ -286,7 +283,10 @@ class _Run:
         payload: TablePayload | FailurePayload,
         stdout: str = "",
         stderr: str = "",
+        chart: tuple[str | None, list[LimitHit]] = (None, []),
     ) -> RunnerResponse:
+        """The response for the guest's table (a Python run's `chart` beside it, as
+        checked_figure left it: the PNG, or the cap it was over)."""
         if isinstance(payload, FailurePayload):
             code = ErrorCode(payload.code)
             raise RunFailed(code, payload.message, stdout=stdout, stderr=stderr)
@@ -297,7 +297,8 @@ class _Run:
         stdout, stdout_cut = cap_stream(stdout, cap, "stdout")
         stderr, stderr_cut = cap_stream(stderr, cap, "stderr")
         hits += [LimitHit.STDOUT] * stdout_cut + [LimitHit.STDERR] * stderr_cut
-        hits = list(dict.fromkeys(hits))
+        figure, figure_cut = chart
+        hits = list(dict.fromkeys([*hits, *figure_cut]))
         return RunnerResponse(
             status=RunStatus.SUCCESS,
             query_type=request.query_type,
@@ -309,6 +310,7 @@ class _Run:
             limits_hit=hits,
             stdout_trunc=stdout,
             stderr_trunc=stderr,
+            figure_png=figure,
         )
 
     def _failure(self, failed: RunFailed) -> RunnerResponse:
