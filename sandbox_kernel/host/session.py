@@ -58,7 +58,7 @@ from sandbox_kernel.core.stops import StopTurn
 from sandbox_kernel.host import python_abi
 from sandbox_kernel.host.artifacts import PythonImage
 from sandbox_kernel.host.descriptors import SavedFile, reopen, saved_files
-from sandbox_kernel.host.engine import EngineHandle, private_engine
+from sandbox_kernel.host.engine import EngineHandle, private_engine, release_engine
 from sandbox_kernel.host.guest_run import (
     classify_trap,
     close_store,
@@ -107,6 +107,9 @@ class SessionConfig:
     guard: GuardLimits
     write_guard: WriteGuard | None = None  # the notebook folder's overlay (overlay.py)
     meter_fuel: bool = True  # False: an engine without fuel; the wall clock alone stops a turn
+    # False: captures copy the whole memory, never only the pages written since the last one
+    # (a session captured at most once, the runner's, saves opening and closing the watch).
+    watch_writes: bool = True
 
 
 @dataclass(frozen=True)
@@ -174,10 +177,12 @@ class GuestSession:
         # Held by soft_interrupt() while it writes the flag, and by _release_store() while it
         # unsets _base: a cancel from another thread never writes into a released memory.
         self._memory_lock = threading.Lock()
+        self._released = False  # the engine given back (close())
         # The write watch over the current instance's memory, and the image that memory equalled
         # when the watch last looked (the only image a capture may patch instead of copy).
         self._watch: WriteWatch | None = None
-        self._watchable = True  # False once the host refused a watch: not asked again
+        # False once the host refused a watch (not asked again), or when none is wanted.
+        self._watchable = config.watch_writes
         self._baseline: MemoryImage | None = None
         self.last_capture_bytes = 0  # what the last capture copied
         # True while every page is protected since the last capture (or restore): what the next
@@ -242,9 +247,14 @@ class GuestSession:
         self._store, self._instance = None, None
 
     def close(self) -> None:
-        """Release the guest and its memory, and the engine's ticker thread."""
+        """Release the guest and its memory, and give its engine back (another session may
+        reuse it: hard_stop() no longer moves its epoch once this holds the memory lock)."""
         self._release_store()
-        self.handle.close()
+        with self._memory_lock:
+            if self._released:
+                return
+            self._released = True
+        release_engine(self.handle)
         # The guard holds the door, a bound method of this session: a cycle that, left to
         # the collector, kept about 1 MB of wasmtime's native memory per closed session.
         self._guard.door = None
@@ -330,8 +340,9 @@ class GuestSession:
         """Stop the running turn now: its waits end and the guest traps at its next check."""
         if self._guard.cancel is not None:
             self._guard.cancel.set()
-        if self._in_turn.is_set():
-            self.handle.expire(self._turn_ticks + 2)
+        with self._memory_lock:  # never the epoch of an engine given back to another session
+            if self._in_turn.is_set() and not self._released:
+                self.handle.expire(self._turn_ticks + 2)
 
     # -- images ------------------------------------------------------------------------------
 

@@ -23,6 +23,7 @@ __all__ = [
     "DisplayMessage",
     "ExecutionStatus",
     "REPLConfig",
+    "WarmSetup",
     "limited",
 ]
 
@@ -75,6 +76,18 @@ class CommMessage(BaseModel):
     buffers: list[Base64Bytes] = Field(default_factory=list)
 
 
+class WarmSetup(BaseModel):
+    """Our own code run once after the warm-start imports, whose result is kept in an image of
+    its own (the runner's dataset tables, loaded): later sessions with the same setup start
+    with it done. Never user code: an image is shared by every session that names its key."""
+
+    model_config = ConfigDict(frozen=True)
+
+    source: str
+    key: str  # a digest of what the source reads beyond itself (the data files' contents)
+    label: str  # the family of images: saving a new key removes the label's older images
+
+
 class REPLConfig(BaseModel):
     """A persistent session's settings. Every limit of an execution (fuel, wall clock, memory,
     output) is the policy's: `policy` is their one owner, and `ReplSandbox.set_limits` changes
@@ -99,6 +112,10 @@ class REPLConfig(BaseModel):
     pyodide_index_url: str | list[str] | None = None
     workspace: Path | None = None  # default: the policy's mount_host_dir
     warm_start_modules: tuple[str, ...] = ()  # imported once, kept in a reusable image
+    warm_setup: WarmSetup | None = None  # run once after them, kept in an image of its own
+    # False: a session used for one run and then destroyed (the runner's): no rollback image
+    # is taken after its cells, and a cell that traps returns it to the state it started in.
+    rollback_images: bool = True
     interrupt_grace_seconds: float = Field(default=1.0, gt=0)
     max_bridge_calls: PositiveInt = 1_000  # door requests per execution
     max_bridge_bytes: PositiveInt = 256 * 1024 * 1024  # request + answer bytes per execution

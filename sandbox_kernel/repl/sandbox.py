@@ -121,7 +121,8 @@ class ReplSandbox(GuestCalls, BridgedSession):
                 self._start()
             self._context = context
             self._load_context()
-            self._image = self._session_or_fail().capture(into=self._image)
+            if self.config.rollback_images or self._image is None:
+                self._image = self._session_or_fail().capture(into=self._image)
 
     def _load_context(self) -> None:
         """Bind `context` in the guest. Guest code takes part (the guest's json), so this runs
@@ -151,6 +152,7 @@ class ReplSandbox(GuestCalls, BridgedSession):
             guard=limits_from_policy(policy).guard,
             write_guard=self.overlay,
             meter_fuel=policy.meter_fuel,
+            watch_writes=self.config.rollback_images,
         )
         image = python_image()
         self._session = GuestSession(image, config, self.bridge)
@@ -159,27 +161,47 @@ class ReplSandbox(GuestCalls, BridgedSession):
         wanted = self.config.warm_start_modules or (("IPython",) if ipython else ())
         workspace = policy.guest_mount_path
         driver = driver_source(ipython, workspace, workdir) + warm_imports(wanted, ipython)
-        saved = warm.load(image, driver, wanted, layout)
-        if saved is not None and len(saved.data) <= policy.memory_bytes:
-            self._session.restore(saved)
-            self._image = saved  # the session's memory now: later captures patch it
-            return
-        self._setup_turn(install_source(workspace, ipython, workdir), hello=True)
-        if self.bridge.flag_magic is not None:
-            self._session.locate_flag(self.bridge.flag_magic)
-        if wanted:
-            self._setup_turn(warm_imports(wanted, ipython))
-            warm.save(image, driver, wanted, self._session, layout)
+        setup = self.config.warm_setup if wanted else None
+        if setup is not None:  # the setup's own image first: nothing left to do
+            prepared = f"{driver}\n# {setup.key}\n{setup.source}"
+            if self._restored(warm.load(image, prepared, wanted, layout, setup.label)):
+                return
+        if not self._restored(warm.load(image, driver, wanted, layout)):
+            self._setup_turn(install_source(workspace, ipython, workdir), hello=True)
+            if self.bridge.flag_magic is not None:
+                self._session.locate_flag(self.bridge.flag_magic)
+            if wanted:
+                self._setup_turn(warm_imports(wanted, ipython))
+                warm.save(image, driver, wanted, self._session, layout)
+        if setup is not None:  # bounded as a cell is: it reads data the operator chose
+            self._setup_turn(setup.source, policy.timeout_seconds, policy.fuel_budget)
+            warm.save(image, prepared, wanted, self._session, layout, setup.label)
 
-    def _setup_turn(self, source: str, *, hello: bool = False) -> None:
-        """A turn of our own code (driver install, warm imports): it must succeed."""
+    def _restored(self, saved: MemoryImage | None) -> bool:
+        """Start from `saved` when there is one and it fits the policy's memory."""
+        if saved is None or len(saved.data) > self.config.policy.memory_bytes:
+            return False
+        self._session_or_fail().restore(saved)
+        self._image = saved  # the session's memory now: later captures patch it
+        return True
+
+    def _setup_turn(
+        self,
+        source: str,
+        timeout_seconds: float = _SETUP_TIMEOUT_SECONDS,
+        fuel: int = _SETUP_FUEL,
+        *,
+        hello: bool = False,
+    ) -> None:
+        """A turn of our own code (driver install, warm imports, a warm setup): it must
+        succeed."""
         session = self._session_or_fail()
         self._join_capture()  # never enter the guest while its memory is being copied
-        self.bridge.begin(_SETUP_TIMEOUT_SECONDS)
+        self.bridge.begin(timeout_seconds)
         self.bridge.expect(hello=hello)
         limits = TurnLimits(
-            fuel=_SETUP_FUEL,
-            timeout_seconds=_SETUP_TIMEOUT_SECONDS,
+            fuel=fuel,
+            timeout_seconds=timeout_seconds,
             stdout_max_bytes=_SETUP_OUTPUT_BYTES,
             stderr_max_bytes=_SETUP_OUTPUT_BYTES,
         )
@@ -264,8 +286,8 @@ class ReplSandbox(GuestCalls, BridgedSession):
                         return self._rebuilt(outcome, number)
                 return execution
             self._unanswered = 0
-            self._image_pending = defer_image
-            if not defer_image:
+            self._image_pending = defer_image and self.config.rollback_images
+            if not defer_image and self.config.rollback_images:
                 self._start_capture(session)
             return execution_from_reply(reply, outcome, number)
 
@@ -456,7 +478,7 @@ class ReplSandbox(GuestCalls, BridgedSession):
             if outcome.trapped:
                 self._rolled_back(session, outcome, self._count)
                 return False, None
-            if streams is not None:
+            if streams is not None and self.config.rollback_images:
                 self._start_capture(session)
             return found, value
 

@@ -13,6 +13,7 @@ Must not import: wasmtime, anything Jupyter.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import mmap
@@ -29,31 +30,44 @@ from sandbox_kernel.host.session import GuestSession
 if TYPE_CHECKING:
     from sandbox_kernel.host.wasi_config import Preopen
 
-__all__ = ["Layout", "layout_of", "load", "save"]
+__all__ = ["MAX_CACHE_BYTES", "Layout", "layout_of", "load", "prune", "save"]
 
+
+MAX_CACHE_BYTES = 3 * 1024**3
+"""The warm images kept on disk at most (a new driver, module list or dataset makes a new
+one: the images used longest ago are removed when one is saved)."""
 
 Layout = tuple[tuple[str, bool], ...]
 """The session's preopened folders in order: (guest path, writable)."""
 
 
 def _paths(
-    image: PythonImage, driver: str, modules: tuple[str, ...], layout: Layout
+    image: PythonImage, driver: str, modules: tuple[str, ...], layout: Layout, label: str = ""
 ) -> tuple[Path, Path]:
     digest = hashlib.sha256(driver.encode()).hexdigest()
     material = json.dumps([image.binary_sha256, digest, modules, [list(p) for p in layout]])
     key = hashlib.sha256(material.encode()).hexdigest()[:32]
     folder = cache_dir() / "warm"
-    return folder / f"{key}.mem", folder / f"{key}.json"
+    stem = f"{_label_prefix(label)}{key}"
+    return folder / f"{stem}.mem", folder / f"{stem}.json"
+
+
+def _label_prefix(label: str) -> str:
+    return f"{hashlib.sha256(label.encode()).hexdigest()[:12]}-" if label else ""
 
 
 def load(
-    image: PythonImage, driver: str, modules: tuple[str, ...], layout: Layout = ()
+    image: PythonImage,
+    driver: str,
+    modules: tuple[str, ...],
+    layout: Layout = (),
+    label: str = "",
 ) -> MemoryImage | None:
     """The saved image for these modules and this folder layout, or None (none saved, or not
     ours, or damaged)."""
     if not modules:
         return None
-    data_path, meta_path = _paths(image, driver, modules, layout)
+    data_path, meta_path = _paths(image, driver, modules, layout, label)
     try:
         meta = json.loads(meta_path.read_text())
         if data_path.is_symlink() or data_path.stat().st_uid != os.getuid():
@@ -64,6 +78,8 @@ def load(
         data, origin = _map_private(data_path)
     except (OSError, ValueError):
         return None
+    with contextlib.suppress(OSError):  # used now: the last image pruning would remove
+        os.utime(meta_path)
     flag = meta.get("flag_address")
     return MemoryImage(data, flag if isinstance(flag, int) else None, origin=origin)
 
@@ -93,10 +109,13 @@ def save(
     modules: tuple[str, ...],
     session: GuestSession,
     layout: Layout = (),
+    label: str = "",
 ) -> None:
-    """Save the idle session's memory as the warm image for these modules and this layout."""
+    """Save the idle session's memory as the warm image for these modules and this layout.
+    With a `label` (a family of images, such as one dataset's), the family's other images are
+    removed: only the newest is kept on disk."""
     captured = session.capture()
-    data_path, meta_path = _paths(image, driver, modules, layout)
+    data_path, meta_path = _paths(image, driver, modules, layout, label)
     data_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     meta = {
         "sha256": hashlib.sha256(captured.data).hexdigest(),
@@ -105,6 +124,32 @@ def save(
     }
     write_atomically(data_path, captured.data)
     write_atomically(meta_path, json.dumps(meta).encode())
+    if label:  # a session mapping an older one keeps its pages until it ends
+        for older in data_path.parent.glob(f"{_label_prefix(label)}*"):
+            if older.stem != data_path.stem:
+                older.unlink(missing_ok=True)
+    prune(data_path.parent, keep=data_path)
+
+
+def prune(folder: Path, keep: Path, max_bytes: int = MAX_CACHE_BYTES) -> None:
+    """Remove the images used longest ago (by their metadata file's time, which load()
+    renews) until the folder's images fit `max_bytes`; never `keep`."""
+    images: list[tuple[float, int, Path]] = []
+    for data in folder.glob("*.mem"):
+        try:
+            size = data.stat().st_size
+            used = data.with_suffix(".json").stat().st_mtime
+        except OSError:
+            used, size = 0.0, 0
+        images.append((used, size, data))
+    total = sum(size for _, size, _ in images)
+    for _, size, data in sorted(images):
+        if total <= max_bytes:
+            return
+        if data != keep:
+            data.unlink(missing_ok=True)
+            data.with_suffix(".json").unlink(missing_ok=True)
+            total -= size
 
 
 def layout_of(preopens: Sequence[Preopen]) -> Layout:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import json
 import logging
 import re
@@ -38,7 +39,7 @@ from sandbox_kernel.runner.adapter import (
     cap_stream,
     fit_rows,
 )
-from sandbox_kernel.runner.capsules import Capsule, CapsuleStore
+from sandbox_kernel.runner.capsules import Capsule, new_capsule_id
 from sandbox_kernel.runner.datasets import Dataset, Table
 from sandbox_kernel.runner.engine import Cancellation, RunFailed, SandboxRun
 from sandbox_kernel.runner.errors import DatasetNotFound, RunnerConfigError
@@ -62,7 +63,7 @@ from sandbox_kernel.runner.models import (
 from sandbox_kernel.runner.settings import ENABLE_PYTHON_ENV, RunnerSettings
 from sandbox_kernel.runner.sql import check_sql
 
-__all__ = ["execute_python", "execute_sql", "run_request"]
+__all__ = ["execute_python", "execute_sql", "failed_run", "run_request"]
 
 _MAX_COLUMN_CHARS = 1_000  # a column name the guest made can be 20 MB
 _MAX_DETAILS = 20
@@ -108,14 +109,30 @@ def run_request(
     settings: RunnerSettings | None = None,
     query_type: QueryType | None = None,
     cancellation: Cancellation | None = None,
+    run_id: str | None = None,
 ) -> RunnerResponse:
     """Answer one request: a RunnerRequest, its fields as JSON data, or its JSON text.
 
     `query_type` is the entrypoint's (`sandbox-kernel runner sql` says "sql"): a request that
     leaves it out gets it, one that names another is a VALIDATION_ERROR. `cancellation`, when
     given, lets another thread stop the run (it then ends as RUNNER_CANCELLED, recorded).
+    `run_id` is the capsule's id, when the caller chose it (new_capsule_id()).
     """
-    return _Run(request, settings, query_type, cancellation).respond()
+    return _Run(request, settings, query_type, cancellation, run_id).respond()
+
+
+def failed_run(
+    request: Mapping[str, Any],
+    *,
+    settings: RunnerSettings,
+    run_id: str,
+    code: ErrorCode,
+    message: str,
+) -> RunnerResponse:
+    """The response to a run that ended outside the runner (its worker process died or did
+    not answer): an error saying so, recorded under `run_id` unless the run's own capsule was
+    written first (a capsule id is written once)."""
+    return _Run(request, settings, None, None, run_id).fail(RunFailed(code, message))
 
 
 class _Run:
@@ -127,8 +144,10 @@ class _Run:
         settings: RunnerSettings | None,
         entrypoint: QueryType | None,
         cancellation: Cancellation | None = None,
+        run_id: str | None = None,
     ) -> None:
         self.raw: object = raw
+        self.run_id = run_id
         self.cancellation = cancellation
         self.settings = settings
         self.entrypoint = entrypoint
@@ -147,6 +166,17 @@ class _Run:
             logger.exception("the runner failed")
             message = "the runner failed unexpectedly (the server log has the details)"
             response = self._failure(RunFailed(ErrorCode.RUNNER_INTERNAL_ERROR, message))
+        return self.finish(response)
+
+    def fail(self, failed: RunFailed) -> RunnerResponse:
+        """The response and capsule of a run that ended elsewhere (as `failed` says)."""
+        with contextlib.suppress(RunFailed):
+            self._settings()
+            self._validated()
+        return self.finish(self._failure(failed))
+
+    def finish(self, response: RunnerResponse) -> RunnerResponse:
+        """`response` timed, scrubbed of host paths, recorded, with its run id."""
         self.timings["total"] = _ms_since(self.started)
         response = self._scrubbed(
             response.model_copy(update={"exec_time_ms": self.timings["total"]})
@@ -226,7 +256,7 @@ class _Run:
                 line=self.report.first_line,
                 details=self.report.details(),
             )
-        with self._sandbox(settings, request, dataset) as run:
+        with self._sandbox(settings, request, dataset, tables) as run:
             run.load(tables)
             execution = run.python(code)
             payload = run.collect()
@@ -247,20 +277,24 @@ class _Run:
         if check.violation is not None:
             message = f"line {check.line}: {check.violation}"
             raise RunFailed(ErrorCode.SQL_POLICY_VIOLATION, message, line=check.line)
-        with self._sandbox(settings, request, dataset) as run:
+        with self._sandbox(settings, request, dataset, tables) as run:
             run.load(tables)
             payload = run.sql(request.query, check.identifiers)
         return self._table(request, payload)
 
     @contextmanager
     def _sandbox(
-        self, settings: RunnerSettings, request: RunnerRequest, dataset: Dataset
+        self,
+        settings: RunnerSettings,
+        request: RunnerRequest,
+        dataset: Dataset,
+        tables: list[Table],
     ) -> Iterator[SandboxRun]:
         if self.cancellation is not None and self.cancellation.cancelled:
             message = "the run was cancelled before it started: its caller went away"
             raise RunFailed(ErrorCode.RUNNER_CANCELLED, message)
         try:
-            run = SandboxRun(settings, request, dataset, self.cancellation)
+            run = SandboxRun(settings, request, dataset, self.cancellation, tables=tables)
             self.host_paths[str(run.workspace)] = "/app"
             run.__enter__()
         except (SandboxError, OSError) as exc:
@@ -358,6 +392,7 @@ class _Run:
             return None  # the settings themselves failed: there is nowhere to record
         request = self.request
         capsule = Capsule(
+            id=self.run_id or new_capsule_id(),
             query_type=(request.query_type.value if request else self._query_type()),
             dataset_id=request.dataset_id if request else peek_text(self.raw, "dataset_id"),
             code=request.query if request else peek_code(self.raw),
@@ -372,8 +407,8 @@ class _Run:
             },
         )
         try:
-            return CapsuleStore(settings.capsules).record(capsule)
-        except (OSError, sqlite3.Error) as exc:  # the run stands; the capsule is lost, logged
+            return settings.capsule_store().record(capsule)
+        except (OSError, sqlite3.Error, RunnerConfigError) as exc:  # the run stands, logged
             logger.warning("could not record the run capsule: %s", exc)
             return None
 

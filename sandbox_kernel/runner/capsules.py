@@ -1,12 +1,23 @@
-"""Run capsules: every runner run, persisted in a SQLite file for a person to audit later.
+"""Run capsules: every runner run, persisted in a database for a person to audit later.
 
 A capsule holds the request as received, its query type, dataset, the code or SQL, the
 policy report of the AST check, the response, timings per step, the limits hit and the
 sandbox's limits. One row per run in the table `capsules`: a few columns to list and filter
-by, and the whole capsule as JSON.
+by, and the whole capsule as JSON. A capsule is written whole in one statement, or not at all.
 
-The file is created 0600 in a 0700 folder (capsules hold code and data); each call opens its
-own connection, so one store may be used from several threads and processes.
+Two stores, one interface (`Capsules`):
+
+- `CapsuleStore`: a SQLite file (the default), in WAL mode so that readers never wait for a
+  writer and several processes (the agent server's workers, or servers on one machine) share
+  it. The file is created 0600 in a 0700 folder (capsules hold code and data); each call
+  opens its own connection, so one store may be used from several threads and processes.
+- `PostgresCapsules` (capsules_pg.py): a PostgreSQL database named by a URL, which servers on
+  several machines share.
+
+A write that meets a database it cannot reach (restarting, locked) is tried again for up to
+`retry_seconds`; the capsule's id is the caller's to choose (`Capsule.id`), and writing an id
+twice keeps the first capsule, so a run's capsule written again (by the server, for a worker
+that died after writing it) is never doubled.
 
     sandbox-kernel capsules list [--limit N] [--json]
     sandbox-kernel capsules show ID        (a unique prefix of 6 or more characters will do)
@@ -16,20 +27,30 @@ Must not import: wasmtime, anything Jupyter.
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import os
 import sqlite3
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
-from sandbox_kernel.runner.errors import CapsuleNotFound
+from sandbox_kernel.runner.errors import CapsuleNotFound, RunnerConfigError
 
-__all__ = ["Capsule", "CapsuleStore", "CapsuleSummary", "new_capsule_id"]
+__all__ = [
+    "Capsule",
+    "CapsuleStore",
+    "CapsuleSummary",
+    "CapsuleUnavailable",
+    "Capsules",
+    "new_capsule_id",
+    "open_capsules",
+]
 
 _SCHEMA_VERSION: Final = 1
 _SCHEMA: Final = """
@@ -85,7 +106,8 @@ class Capsule(BaseModel):
     """The AST check's report (Python runs that reached it)."""
     response: dict[str, Any] = Field(default_factory=dict)
     timings_ms: dict[str, float] = Field(default_factory=dict)
-    """Milliseconds per step: validate, guard, start, load, query, collect, total."""
+    """Milliseconds per step: validate, guard, digest, start, load, query, collect, total (load
+    is 0 when the run started from its dataset's warm image, digest the check of its files)."""
     limits_hit: list[str] = Field(default_factory=list)
     sandbox: dict[str, Any] = Field(default_factory=dict)
     """The limits the run had (no host paths)."""
@@ -103,11 +125,113 @@ class Capsule(BaseModel):
         )
 
 
-class CapsuleStore:
-    """The capsules in one SQLite file (created on first write)."""
+class CapsuleUnavailable(OSError):
+    """The capsule database could not be reached within the retry time."""
+
+
+class Capsules(abc.ABC):
+    """Where capsules are kept: record, list the newest, read one."""
+
+    retry_seconds: float = 15.0
+    """How long a write keeps trying a database it cannot reach (restarting, locked)."""
+
+    def record(self, capsule: Capsule) -> str:
+        """Store `capsule` (an id already stored keeps its first capsule); its id.
+
+        Raises:
+            CapsuleUnavailable: the database could not be reached within retry_seconds.
+        """
+        deadline = time.monotonic() + self.retry_seconds
+        pause = 0.05
+        while True:
+            try:
+                self._insert(capsule)
+                return capsule.id
+            except self._transient() as exc:
+                if time.monotonic() + pause > deadline:
+                    raise CapsuleUnavailable(f"the capsule was not recorded: {exc}") from exc
+                time.sleep(pause)
+                pause = min(pause * 2, 1.0)
+
+    @abc.abstractmethod
+    def _insert(self, capsule: Capsule) -> None: ...
+
+    @abc.abstractmethod
+    def _transient(self) -> tuple[type[Exception], ...]:
+        """The errors a write is tried again after."""
+
+    @abc.abstractmethod
+    def recent(self, limit: int = 20) -> list[CapsuleSummary]:
+        """The newest `limit` capsules, newest first (none when nothing was recorded)."""
+
+    @abc.abstractmethod
+    def get(self, capsule_id: str) -> Capsule:
+        """The capsule with this id, or with this unique prefix (6 characters at least).
+
+        Raises:
+            CapsuleNotFound: no capsule, or several, match.
+        """
+
+
+CapsuleRow = tuple[str, str, str | None, str | None, str, str | None, float, str]
+
+
+def capsule_row(capsule: Capsule) -> CapsuleRow:
+    """The row a capsule is stored as: its listing columns, then the whole capsule as JSON."""
+    summary = capsule.summary()
+    return (
+        capsule.id,
+        capsule.created_at,
+        capsule.query_type,
+        capsule.dataset_id,
+        summary.status,
+        summary.error_type,
+        summary.duration_ms,
+        capsule.model_dump_json(),
+    )
+
+
+def wanted_id(capsule_id: str) -> str:
+    """A capsule id or prefix as stored (lower case).
+
+    Raises:
+        CapsuleNotFound: it is not one.
+    """
+    wanted = capsule_id.strip().lower()
+    if len(wanted) < _MIN_PREFIX or not wanted.isalnum() or not wanted.isascii():
+        raise CapsuleNotFound(f"{capsule_id!r} is not a capsule id (or a prefix of 6+)")
+    return wanted
+
+
+def one_capsule(capsule_id: str, found: list[str]) -> Capsule:
+    """The one capsule whose JSON `found` holds for `capsule_id`."""
+    if not found:
+        raise CapsuleNotFound(f"no capsule has the id {capsule_id!r}")
+    if len(found) > 1:
+        raise CapsuleNotFound(f"several capsules start with {capsule_id!r}: give more of it")
+    return Capsule.model_validate_json(found[0])
+
+
+def open_capsules(database: str | None, path: Path) -> Capsules:
+    """The store `database` names (a postgresql:// URL), else the SQLite file at `path`."""
+    if database is not None and database.startswith(("postgresql://", "postgres://")):
+        from sandbox_kernel.runner.capsules_pg import PostgresCapsules
+
+        return PostgresCapsules(database)
+    if database is not None:
+        scheme = database.split(":")[0]
+        raise RunnerConfigError(f"the capsule database must be a postgresql:// URL, not {scheme}:")
+    return CapsuleStore(path)
+
+
+class CapsuleStore(Capsules):
+    """The capsules in one SQLite file (created on first write), in WAL mode."""
 
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path).expanduser()
+
+    def _transient(self) -> tuple[type[Exception], ...]:
+        return (sqlite3.OperationalError,)  # "database is locked" past the busy timeout
 
     @contextlib.contextmanager
     def _connect(self, create: bool) -> Iterator[sqlite3.Connection]:
@@ -117,6 +241,12 @@ class CapsuleStore:
             raise CapsuleNotFound(f"no run has been recorded yet ({self.path.name} is absent)")
         connection = sqlite3.connect(self.path, timeout=10)
         try:
+            if create:  # WAL (kept in the file): readers never wait for a writer; NORMAL:
+                # a commit is not synced to disk by itself (the WAL is, at checkpoints), which
+                # cost a fifth of a small run; a crash of the machine may lose the last runs,
+                # never corrupt the file.
+                connection.execute("PRAGMA journal_mode = WAL")
+                connection.execute("PRAGMA synchronous = NORMAL")
             with connection:  # one transaction per call
                 if create:
                     connection.executescript(_SCHEMA)
@@ -135,25 +265,14 @@ class CapsuleStore:
             fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             os.close(fd)
 
-    def record(self, capsule: Capsule) -> str:
-        """Store `capsule`; its id."""
-        summary = capsule.summary()
-        row = (
-            capsule.id,
-            capsule.created_at,
-            capsule.query_type,
-            capsule.dataset_id,
-            summary.status,
-            summary.error_type,
-            summary.duration_ms,
-            capsule.model_dump_json(),
-        )
+    def _insert(self, capsule: Capsule) -> None:
         with self._connect(create=True) as connection:
-            connection.execute("INSERT INTO capsules VALUES (?, ?, ?, ?, ?, ?, ?, ?)", row)
-        return capsule.id
+            connection.execute(
+                "INSERT OR IGNORE INTO capsules VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                capsule_row(capsule),
+            )
 
     def recent(self, limit: int = 20) -> list[CapsuleSummary]:
-        """The newest `limit` capsules, newest first (none when nothing was recorded)."""
         try:
             with self._connect(create=False) as connection:
                 rows = connection.execute(
@@ -163,25 +282,18 @@ class CapsuleStore:
                 ).fetchall()
         except CapsuleNotFound:
             return []
-        fields = list(CapsuleSummary.model_fields)
-        return [CapsuleSummary(**dict(zip(fields, row, strict=True))) for row in rows]
+        return summaries(rows)
 
     def get(self, capsule_id: str) -> Capsule:
-        """The capsule with this id, or with this unique prefix (6 characters at least).
-
-        Raises:
-            CapsuleNotFound: no capsule, or several, match.
-        """
-        wanted = capsule_id.strip().lower()
-        if len(wanted) < _MIN_PREFIX or not wanted.isalnum():
-            raise CapsuleNotFound(f"{capsule_id!r} is not a capsule id (or a prefix of 6+)")
+        wanted = wanted_id(capsule_id)
         with self._connect(create=False) as connection:
             rows = connection.execute(
                 "SELECT capsule FROM capsules WHERE substr(id, 1, ?) = ? LIMIT 2",
                 (len(wanted), wanted),
             ).fetchall()
-        if not rows:
-            raise CapsuleNotFound(f"no capsule has the id {capsule_id!r}")
-        if len(rows) > 1:
-            raise CapsuleNotFound(f"several capsules start with {capsule_id!r}: give more of it")
-        return Capsule.model_validate_json(rows[0][0])
+        return one_capsule(capsule_id, [row[0] for row in rows])
+
+
+def summaries(rows: Iterable[Sequence[Any]]) -> list[CapsuleSummary]:
+    fields = list(CapsuleSummary.model_fields)
+    return [CapsuleSummary(**dict(zip(fields, row, strict=True))) for row in rows]

@@ -6,6 +6,7 @@
     sandbox-kernel capsules list [--limit N] [--json]
     sandbox-kernel capsules show ID
     sandbox-kernel serve [--host H] [--port P] [--token T] [--workers N] [--queue N]
+                         [--in-process] [--database URL]
                                                    the agent server (/chat and its page)
 
 `runner sql|python` take the request's fields as a JSON object; query_type may be left out
@@ -28,7 +29,7 @@ from typing import TYPE_CHECKING, Final
 from sandbox_kernel.runner.errors import RunnerConfigError
 
 if TYPE_CHECKING:
-    from sandbox_kernel.runner.capsules import CapsuleStore
+    from sandbox_kernel.runner.capsules import Capsules
     from sandbox_kernel.runner.models import RunnerResponse
     from sandbox_kernel.runner.settings import RunnerSettings
 
@@ -57,10 +58,12 @@ def add_subcommands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     listing.add_argument("--limit", type=int, default=20, help="how many (default 20)")
     listing.add_argument("--json", action="store_true", help="as JSON lines")
     listing.add_argument("--db", type=Path, default=None, help="the capsules' SQLite file")
+    _database(listing)
     listing.set_defaults(func=_capsules_list)
     show = actions.add_parser("show", help="one run's capsule as JSON")
     show.add_argument("id", help="the run id (run_id of the response), or a unique prefix")
     show.add_argument("--db", type=Path, default=None, help="the capsules' SQLite file")
+    _database(show)
     show.set_defaults(func=_capsules_show)
 
     serve = sub.add_parser("serve", help="the agent server: /chat over the runner, and a page")
@@ -71,7 +74,14 @@ def add_subcommands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default=None,
         help="the bearer token (else $SANDBOX_KERNEL_SERVE_TOKEN, else new)",
     )
-    serve.add_argument("--workers", type=int, default=2, help="runs at once (2)")
+    serve.add_argument(
+        "--workers", type=int, default=None, help="runs at once (worker processes; one per core)"
+    )
+    serve.add_argument(
+        "--in-process",
+        action="store_true",
+        help="run on threads of the server's process instead of worker processes",
+    )
     serve.add_argument("--queue", type=int, default=16, help="chats that may wait (16)")
     serve.add_argument("--timeout", type=float, default=10.0, help="seconds per run (10)")
     serve.add_argument(
@@ -84,12 +94,26 @@ def add_subcommands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--datasets", type=Path, default=None, help="the dataset registry TOML")
     parser.add_argument("--capsules", type=Path, default=None, help="the capsules' SQLite file")
+    _database(parser)
+
+
+def _database(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--database",
+        default=None,
+        metavar="URL",
+        help="record capsules in this PostgreSQL database (postgresql://...)",
+    )
 
 
 def _settings(args: argparse.Namespace) -> RunnerSettings:
     from sandbox_kernel.runner.settings import RunnerSettings
 
-    overrides = {"datasets": args.datasets, "capsules": getattr(args, "capsules", None)}
+    overrides = {
+        "datasets": args.datasets,
+        "capsules": getattr(args, "capsules", None),
+        "database": getattr(args, "database", None),
+    }
     return RunnerSettings.from_environment(**overrides)
 
 
@@ -124,12 +148,11 @@ def _datasets(args: argparse.Namespace) -> int:
     return 0
 
 
-def _store(args: argparse.Namespace) -> CapsuleStore:
-    from sandbox_kernel.runner.capsules import CapsuleStore
+def _store(args: argparse.Namespace) -> Capsules:
     from sandbox_kernel.runner.settings import RunnerSettings
 
-    path = args.db if args.db is not None else RunnerSettings.from_environment().capsules
-    return CapsuleStore(path)
+    overrides = {"capsules": args.db, "database": args.database}
+    return RunnerSettings.from_environment(**overrides).capsule_store()
 
 
 def _capsules_list(args: argparse.Namespace) -> int:
@@ -171,7 +194,8 @@ def _serve(args: argparse.Namespace) -> int:
             host=args.host,
             port=args.port,
             token=SecretStr(token),
-            workers=args.workers,
+            **({"workers": args.workers} if args.workers is not None else {}),
+            processes=not args.in_process,
             queue=args.queue,
             run_timeout_seconds=args.timeout,
             send_timeout_seconds=args.send_timeout,
@@ -180,7 +204,12 @@ def _serve(args: argparse.Namespace) -> int:
         problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
         print(f"sandbox-kernel serve: {problems}", file=sys.stderr)
         return 2
-    runner = _settings(args)
+    try:
+        runner = _settings(args)
+        runner.capsule_store()  # a database URL whose driver is missing is said now
+    except RunnerConfigError as exc:
+        print(f"sandbox-kernel serve: {exc}", file=sys.stderr)
+        return 2
     if runner.datasets.expanduser().exists():
         try:  # a broken registry is the operator's to fix now: one line, no traceback
             runner.registry()

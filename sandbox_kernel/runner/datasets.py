@@ -22,6 +22,7 @@ import builtins
 import keyword
 import re
 import stat
+import threading
 import tomllib
 import unicodedata
 from collections.abc import Iterable, Mapping
@@ -44,6 +45,8 @@ RESERVED_NAMES: Final = frozenset(
 MAX_TABLES: Final = 200
 _NAME_CHARS: Final = re.compile(r"[^a-z0-9]+")
 _DATASET_ID: Final = re.compile(DATASET_ID_PATTERN)
+_READ: dict[tuple[str, int, int, int, int], DatasetRegistry] = {}
+_READ_LOCK = threading.Lock()
 
 
 def table_name(file_name: str) -> str:
@@ -153,6 +156,15 @@ class DatasetRegistry:
                 invalid (the message names the entry, never a host path).
         """
         file = Path(path).expanduser()
+        try:  # read again only when the file changed (a server reads it for every chat)
+            info = file.stat()
+            identity = (str(file), info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
+            with _READ_LOCK:
+                known = _READ.get(identity)
+            if known is not None:
+                return known
+        except OSError:
+            identity = None
         try:
             document = tomllib.loads(file.read_text(encoding="utf-8"))
         except FileNotFoundError:
@@ -165,7 +177,12 @@ class DatasetRegistry:
         except tomllib.TOMLDecodeError as exc:
             message = f"the dataset registry {file.name}: TOML syntax error: {exc}"
             raise DatasetRegistryError(message) from None
-        return cls(_entries(document, file.parent.resolve()))
+        registry = cls(_entries(document, file.parent.resolve()))
+        if identity is not None:
+            with _READ_LOCK:
+                _READ.clear()  # the newest registry read is the one worth keeping
+                _READ[identity] = registry
+        return registry
 
     def ids(self) -> list[str]:
         return list(self._datasets)

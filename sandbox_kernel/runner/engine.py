@@ -1,6 +1,6 @@
 """One run in the sandbox: a fresh persistent session over one dataset, and its steps.
 
-    with SandboxRun(settings, request, dataset) as run:    start (from the warm image)
+    with SandboxRun(settings, request, dataset, tables=tables) as run:
         run.load(tables)                                   CSVs -> DataFrames, dfs, globals
         execution = run.python(code)                       the user's code, as its own cell
         payload = run.collect()                            result_df | result_rows | result
@@ -10,7 +10,10 @@ A `Cancellation` passed in stops a run from another thread (the agent server's c
 away): the step running is interrupted and the run ends as RUNNER_CANCELLED.
 
 Every run gets its own ReplSandbox (nothing survives from one request to the next), a
-scratch /app that is removed afterwards, and the dataset's folder read-only at /data. A
+scratch /app that is removed afterwards, and the dataset's folder read-only at /data. Given
+the `tables` it will load, a run starts from the dataset's warm image (warm_data.py), its
+tables already loaded, and load() has nothing left to do; when that image cannot be made, the
+run starts plainly and load() reports what failed. A
 step that does not end well raises `RunFailed` with the runner's error code: a timeout is
 RUNNER_TIMEOUT, fuel or memory RUNNER_RESOURCE_EXCEEDED, the user's exception
 PYTHON_EXECUTION_ERROR, a dataset that will not load RUNNER_INTERNAL_ERROR.
@@ -20,6 +23,7 @@ Must not import: wasmtime (repl/ and host/ do that), anything Jupyter.
 
 from __future__ import annotations
 
+import logging
 import re
 import tempfile
 import threading
@@ -27,22 +31,26 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Final, Literal
+from typing import Final, Literal, Protocol
 
-from sandbox_kernel.core.errors import SandboxAbandoned
+from sandbox_kernel.core.errors import SandboxAbandoned, SandboxError, SandboxExecutionError
 from sandbox_kernel.repl.models import CodeExecution, ExecutionStatus, REPLConfig
 from sandbox_kernel.repl.sandbox import ReplSandbox
 from sandbox_kernel.runner import adapter
 from sandbox_kernel.runner.adapter import FailurePayload, TablePayload
 from sandbox_kernel.runner.datasets import Dataset, Table
+from sandbox_kernel.runner.errors import RunnerConfigError
 from sandbox_kernel.runner.models import ErrorCode, LimitHit, QueryType, RunnerRequest
 from sandbox_kernel.runner.settings import RunnerSettings
+from sandbox_kernel.runner.warm_data import dataset_setup
 
 __all__ = ["Cancellation", "RunFailed", "SandboxRun", "user_line", "warm_up"]
 
 Step = Literal["load", "query", "collect"]
 _STEP_WORDS: Final = {"load": "loading the dataset", "query": "the query", "collect": "the result"}
 USER_CELL_NAME: Final = "<code>"
+
+logger = logging.getLogger("sandbox_kernel.runner")
 
 
 class RunFailed(Exception):
@@ -69,6 +77,12 @@ class RunFailed(Exception):
         self.stderr = stderr
 
 
+class Stoppable(Protocol):
+    """What a cancel stops: a session, or a run in a worker process."""
+
+    def abandon(self) -> None: ...
+
+
 class Cancellation:
     """Stops one run from another thread: `cancel()` abandons the run's session, which
     interrupts the step in the guest (soft, then hard with rollback) or stops one on its way
@@ -77,7 +91,7 @@ class Cancellation:
     def __init__(self) -> None:
         self._event = threading.Event()
         self._lock = threading.Lock()
-        self._repl: ReplSandbox | None = None
+        self._repl: Stoppable | None = None
 
     @property
     def cancelled(self) -> bool:
@@ -89,10 +103,13 @@ class Cancellation:
             if self._repl is not None:
                 self._repl.abandon()  # also stops a step between its check and the guest
 
-    def attach(self, repl: ReplSandbox | None) -> None:
-        """The session a cancel interrupts (None once the run is over)."""
+    def attach(self, repl: Stoppable | None) -> None:
+        """The session a cancel interrupts (None once the run is over); cancelled at once when
+        the cancel came first."""
         with self._lock:
             self._repl = repl
+            if repl is not None and self.cancelled:
+                repl.abandon()
 
 
 class SandboxRun:
@@ -104,6 +121,8 @@ class SandboxRun:
         request: RunnerRequest,
         dataset: Dataset,
         cancellation: Cancellation | None = None,
+        *,
+        tables: Sequence[Table] = (),
     ) -> None:
         self.settings = settings
         self.request = request
@@ -113,24 +132,55 @@ class SandboxRun:
         self._scratch = tempfile.TemporaryDirectory(prefix="sandbox-kernel-runner-")
         self.workspace = Path(self._scratch.name)
         self.policy = settings.policy(request, self.workspace, dataset.folder)
-        config = REPLConfig(
-            policy=self.policy,
-            workspace=self.workspace,
-            warm_start_modules=settings.warm_start_modules,
-        )
-        self.repl = ReplSandbox(config)
+        self._warm_tables = tuple(tables) if settings.warm_datasets else ()
+        self._loaded: tuple[Table, ...] = ()  # the tables the session started with
+        self.repl = ReplSandbox(self._config(warm=bool(self._warm_tables)))
         # The request's timeout bounds the whole request: each step gets what is left.
         self._deadline = time.monotonic() + request.timeout_seconds
+
+    def _config(self, *, warm: bool) -> REPLConfig:
+        setup = None
+        if warm:
+            started = time.perf_counter()
+            try:
+                data = self.policy.guest_data_path
+                setup = dataset_setup(self.dataset, self._warm_tables, data)
+            except OSError as exc:  # the load step will say what cannot be read
+                logger.info("dataset %s: no warm image (%s)", self.dataset.id, exc)
+            self.timings["digest"] = round((time.perf_counter() - started) * 1000, 3)
+        return REPLConfig(
+            policy=self.policy,
+            workspace=self.workspace,
+            warm_start_modules=self.settings.warm_start_modules,
+            warm_setup=setup,
+            rollback_images=False,  # a run's session ends with it
+        )
 
     def __enter__(self) -> SandboxRun:
         try:
             with self._timed("start"):
-                self.repl.initialize()
+                self._start()
         except BaseException:
             self.close()
             raise
-        self.cancellation.attach(self.repl)
         return self
+
+    def _start(self) -> None:
+        """Start from the dataset's warm image when there is one to be had, else plainly."""
+        self.cancellation.attach(self.repl)  # a cancel also stops a warm image being made
+        if self.repl.config.warm_setup is not None:
+            try:
+                self.repl.initialize()
+                self._loaded = self._warm_tables
+                return
+            except SandboxExecutionError as exc:  # the load step will say what went wrong
+                if self.cancellation.cancelled:
+                    raise self._cancelled("load") from None
+                logger.info("dataset %s: no warm image (%s)", self.dataset.id, exc)
+                self.repl.destroy()
+                self.repl = ReplSandbox(self._config(warm=False))
+                self.cancellation.attach(self.repl)
+        self.repl.initialize()
 
     def __exit__(self, *exc: object) -> None:
         self.close()
@@ -169,19 +219,27 @@ class SandboxRun:
         remaining time. A cancel that comes once it is made ends it (the session is abandoned)."""
         if self.cancellation.cancelled:
             raise self._cancelled(step)
-        left = self._deadline - time.monotonic()
-        if left < 0.001:
-            raise self._out_of_time(step)
-        self.repl.set_limits(timeout_seconds=left)
+        self.repl.set_limits(timeout_seconds=self._left(step))
         try:
             yield
         except SandboxAbandoned:
             raise self._cancelled(step) from None
 
+    def _left(self, step: Step) -> float:
+        """The request's time left for `step`; RunFailed when there is none."""
+        left = self._deadline - time.monotonic()
+        if left < 0.001:
+            raise self._out_of_time(step)
+        return left
+
     # -- steps -------------------------------------------------------------------------------
 
     def load(self, tables: Sequence[Table]) -> None:
-        """Read the tables into the session (the dataset is at the policy's /data)."""
+        """Read the tables into the session (the dataset is at the policy's /data), unless
+        it started with them (from their warm image)."""
+        if tuple(tables) == self._loaded:
+            self.timings["load"] = 0.0  # paid for once, by the image
+            return
         data = self.policy.guest_data_path
         cell = adapter.load_cell({t.name: f"{data}/{t.file}" for t in tables})
         execution = self._execute("load", cell)
@@ -260,15 +318,17 @@ class SandboxRun:
 
 
 def warm_up(settings: RunnerSettings) -> None:
-    """Start and close one session over the first registered dataset, so the warm image the
-    runs start from exists before the first request (an agent server calls this at start).
-    Nothing runs in it and nothing is recorded; a registry without datasets warms nothing."""
-    dataset = next(iter(settings.registry()), None)
-    if dataset is None:
-        return
-    request = RunnerRequest(query_type=QueryType.SQL, dataset_id=dataset.id, sql="SELECT 1")
-    with SandboxRun(settings, request, dataset):
-        pass
+    """Start and close one session over each registered dataset, so the images the runs start
+    from (the warm-start image, and each dataset's with its tables loaded) exist before the
+    first request (an agent server calls this at start). Nothing is recorded; a dataset that
+    does not load is logged and left to its first run to report."""
+    for dataset in settings.registry():
+        request = RunnerRequest(query_type=QueryType.SQL, dataset_id=dataset.id, sql="SELECT 1")
+        try:
+            with SandboxRun(settings, request, dataset, tables=dataset.tables()):
+                pass
+        except (RunFailed, RunnerConfigError, SandboxError, OSError) as exc:
+            logger.warning("dataset %s was not warmed: %s", dataset.id, exc)
 
 
 def user_traceback(execution: CodeExecution) -> list[str]:

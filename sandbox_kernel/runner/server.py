@@ -1,6 +1,7 @@
 """The agent server: the runner over HTTP, with a chat endpoint and one page.
 
-    sandbox-kernel serve [--host 127.0.0.1] [--port 8765] [--token T] [--workers 2] [--queue 16]
+    sandbox-kernel serve [--host 127.0.0.1] [--port 8765] [--token T] [--workers N] [--queue 16]
+                         [--in-process] [--database postgresql://...]
 
     GET  /healthz              "ok", without the token, and nothing else
     GET  /                     the page (GET /?token=T once sets the session cookie)
@@ -16,8 +17,11 @@ gets from /?token=T (HttpOnly, SameSite=Strict; a cookie-authenticated POST must
 from the page's own origin). The token is compared in constant time. Requests whose Host is
 not the server's own are refused (DNS rebinding).
 
-Runs go to a pool of `workers` threads, each run in a fresh sandbox session started from the
-warm image (warmed at start-up); `queue` more may wait. Beyond that a chat gets 503 with
+Runs go to `workers` worker processes (one per core by default: workers.py), each run in a
+fresh sandbox session started from its dataset's warm image (warmed at start-up, before the
+server answers); `queue` more may wait. A worker that dies or hangs is replaced, and its run
+answered with a clear error. Capsules go to the SQLite file, or to the PostgreSQL database
+`--database` names, which several servers share. Beyond that a chat gets 503 with
 Retry-After at once. A client that disconnects cancels its run (recorded as
 RUNNER_CANCELLED); a client that stops reading is dropped after `send_timeout_seconds`, its
 run recorded all the same. Bodies over `max_body_bytes` get 413 before they are read.
@@ -31,6 +35,7 @@ import asyncio
 import hmac
 import json
 import logging
+import os
 import secrets
 import threading
 import time
@@ -57,7 +62,7 @@ from starlette.routing import Route
 
 from sandbox_kernel.llm.base import LLMProvider
 from sandbox_kernel.runner.api import run_request
-from sandbox_kernel.runner.capsules import CapsuleStore
+from sandbox_kernel.runner.capsules import new_capsule_id
 from sandbox_kernel.runner.chat import (
     ChatRequest,
     Plan,
@@ -76,6 +81,7 @@ from sandbox_kernel.runner.models import (
     validation_messages,
 )
 from sandbox_kernel.runner.settings import RunnerSettings
+from sandbox_kernel.runner.workers import WorkerPool
 
 __all__ = ["TOKEN_ENV", "RunPool", "ServeSettings", "create_app"]
 
@@ -113,8 +119,11 @@ class ServeSettings(BaseModel):
     port: Annotated[int, Field(ge=0, le=65535)] = 8765
     token: SecretStr
     """The bearer token every request but /healthz must carry (16 characters at least)."""
-    workers: Annotated[int, Field(ge=1, le=64)] = 2
-    """Runs at once, each in its own sandbox (a run is CPU-bound: about one per core)."""
+    workers: Annotated[int, Field(ge=1, le=64)] = Field(default_factory=lambda: os.cpu_count() or 1)
+    """Runs at once, each in its own sandbox (a run is CPU-bound: one per core by default)."""
+    processes: bool = True
+    """Runs go to `workers` worker processes (workers.py); False: to threads of the server's
+    own process (one GIL: a second thread adds little; the load bench's baseline)."""
     queue: Annotated[int, Field(ge=0, le=1024)] = 16
     """Chats that may wait for a worker; beyond workers + queue a chat gets 503."""
     run_timeout_seconds: Annotated[float, Field(gt=0, le=MAX_TIMEOUT_SECONDS)] = 10.0
@@ -206,7 +215,8 @@ class _App:
         self.runner = runner
         self.provider = provider
         self.pool = RunPool(serve.workers, serve.queue)
-        self.capsules = CapsuleStore(runner.capsules)
+        self.workers: WorkerPool | None = None  # started by the app's lifespan
+        self.capsules = runner.capsule_store()
 
     # -- read-only routes --------------------------------------------------------------------
 
@@ -344,8 +354,13 @@ class _App:
         return await anyio.to_thread.run_sync(planner.plan, chat, dataset, abandon_on_cancel=True)
 
     def _run(self, plan: Plan, dataset: Dataset, cancellation: Cancellation) -> RunnerResponse:
-        request = {**plan.request(dataset.id), "timeout_seconds": self.serve.run_timeout_seconds}
-        return run_request(request, settings=self.runner, cancellation=cancellation)
+        timeout = self.serve.run_timeout_seconds
+        request = {**plan.request(dataset.id), "timeout_seconds": timeout}
+        if self.workers is None:
+            return run_request(request, settings=self.runner, cancellation=cancellation)
+        return self.workers.run(
+            request, run_id=new_capsule_id(), timeout_seconds=timeout, cancellation=cancellation
+        )
 
     def _may_run(self, plan: Plan) -> bool:
         return plan.query_type is QueryType.SQL or self.runner.enable_python_execution
@@ -472,12 +487,18 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
-        if warm and runner.datasets.expanduser().exists():  # the first chat pays for no image
+        if serve.processes:  # each warms the images before it takes a run
+            app.workers = WorkerPool(runner, serve.workers)
+            if warm:
+                await anyio.to_thread.run_sync(app.workers.wait_ready)
+        elif warm and runner.datasets.expanduser().exists():  # the first chat pays for none
             await anyio.to_thread.run_sync(warm_up, runner)
         try:
             yield
         finally:
             await anyio.to_thread.run_sync(app.pool.shutdown)
+            if app.workers is not None:
+                await anyio.to_thread.run_sync(app.workers.shutdown)
 
     hosts = ["*"] if serve.host in ("0.0.0.0", "::") else [*_LOCAL_HOSTS, serve.host]
     return Starlette(

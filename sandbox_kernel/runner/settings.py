@@ -5,6 +5,8 @@
     SANDBOX_KERNEL_DATASETS   the dataset registry (TOML); default ./datasets/datasets.toml
     SANDBOX_KERNEL_CAPSULES   the run capsules' SQLite file; default
                               $XDG_DATA_HOME/sandbox-kernel/capsules.sqlite3
+    SANDBOX_KERNEL_DATABASE   a postgresql:// URL: capsules go there instead (servers on
+                              several machines share it; capsules_pg.py)
     SANDBOX_KERNEL_GUARD      a TOML file with the guard's allow and block lists (guard.py)
 
 Limits of the sandbox that a request does not set live here too. The wall clock
@@ -25,6 +27,7 @@ from typing import Annotated, Any, Final
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from sandbox_kernel.core.policy import ExecutionPolicy
+from sandbox_kernel.runner.capsules import Capsules, open_capsules
 from sandbox_kernel.runner.datasets import DatasetRegistry
 from sandbox_kernel.runner.errors import RunnerConfigError
 from sandbox_kernel.runner.guard import GuardConfig, load_guard_config
@@ -32,6 +35,7 @@ from sandbox_kernel.runner.models import RunnerRequest
 
 __all__ = [
     "CAPSULES_ENV",
+    "DATABASE_ENV",
     "DATASETS_ENV",
     "ENABLE_PYTHON_ENV",
     "GUARD_ENV",
@@ -42,6 +46,7 @@ __all__ = [
 ENABLE_PYTHON_ENV: Final = "ENABLE_PYTHON_EXECUTION"
 DATASETS_ENV: Final = "SANDBOX_KERNEL_DATASETS"
 CAPSULES_ENV: Final = "SANDBOX_KERNEL_CAPSULES"
+DATABASE_ENV: Final = "SANDBOX_KERNEL_DATABASE"
 GUARD_ENV: Final = "SANDBOX_KERNEL_GUARD"
 _TRUE: Final = frozenset({"1", "true", "yes", "on"})
 _FALSE: Final = frozenset({"", "0", "false", "no", "off"})
@@ -78,7 +83,9 @@ class RunnerSettings(BaseModel):
     datasets: Path = Path("datasets/datasets.toml")
     """The dataset registry."""
     capsules: Path = Field(default_factory=lambda: default_capsules_path(os.environ))
-    """The SQLite file every run is recorded in."""
+    """The SQLite file every run is recorded in (unless `database` names another store)."""
+    database: Annotated[str, Field(pattern=r"^postgres(ql)?://")] | None = None
+    """A PostgreSQL URL every run is recorded in instead (shared by several servers)."""
     enable_python_execution: bool = False
     """The feature flag of the Python entrypoint."""
     guard: GuardConfig = Field(default_factory=GuardConfig)
@@ -94,6 +101,9 @@ class RunnerSettings(BaseModel):
     warm_start_modules: tuple[str, ...] = ("numpy", "pandas", "matplotlib.pyplot")
     """Imported once into a reusable image, so a run does not pay for `import pandas` (or for
     matplotlib's, about 2 s in the guest, when it draws a chart)."""
+    warm_datasets: bool = True
+    """Runs start from an image with the dataset's tables already loaded (made by the first run
+    over the dataset, made again when a file changes: runner/warm_data.py)."""
 
     @classmethod
     def from_environment(
@@ -111,6 +121,8 @@ class RunnerSettings(BaseModel):
             fields["datasets"] = Path(env[DATASETS_ENV]).expanduser()
         if env.get(CAPSULES_ENV):
             fields["capsules"] = Path(env[CAPSULES_ENV]).expanduser()
+        if env.get(DATABASE_ENV):
+            fields["database"] = env[DATABASE_ENV]
         fields["enable_python_execution"] = env_flag(env, ENABLE_PYTHON_ENV)
         if env.get(GUARD_ENV):
             fields["guard"] = load_guard_config(env[GUARD_ENV])
@@ -129,6 +141,14 @@ class RunnerSettings(BaseModel):
             f"no dataset registry at {self.datasets}: register datasets in a TOML file and "
             "name it with --datasets PATH or SANDBOX_KERNEL_DATASETS (docs/runner.md)"
         )
+
+    def capsule_store(self) -> Capsules:
+        """Where runs are recorded: the `database`, else the SQLite file `capsules`.
+
+        Raises:
+            RunnerConfigError: the database's driver is not installed.
+        """
+        return open_capsules(self.database, self.capsules)
 
     def registry(self) -> DatasetRegistry:
         """The dataset registry, read now (edits to the file apply to the next run)."""

@@ -183,7 +183,7 @@ def test_a_failure_inside_a_turn_still_ends_the_stream(settings: RunnerSettings)
 
     from sandbox_kernel.runner.server import ServeSettings, create_app
 
-    serve = ServeSettings(token=SecretStr(TOKEN))
+    serve = ServeSettings(token=SecretStr(TOKEN), processes=False)
     app = create_app(serve, settings, _BrokenModel(), warm=False)  # type: ignore[arg-type]
     listener = socket.create_server(("127.0.0.1", 0))
     server = uvicorn.Server(uvicorn.Config(app, log_level="critical"))
