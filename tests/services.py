@@ -111,7 +111,8 @@ def postgres() -> Iterator[Postgres]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-_NGINX_CONF = """
+AGENTS_CONF = Path(__file__).resolve().parents[1] / "deploy" / "agent-server" / "agents.conf"
+_NGINX_MAIN = """
 worker_processes 1;
 daemon off;
 pid {folder}/nginx.pid;
@@ -125,41 +126,41 @@ http {{
     fastcgi_temp_path {folder}/fastcgi;
     uwsgi_temp_path {folder}/uwsgi;
     scgi_temp_path {folder}/scgi;
-    upstream agents {{
-{servers}
-        keepalive 16;
-    }}
-    server {{
-        listen 127.0.0.1:{port};
-        location / {{
-            proxy_pass http://agents;
-            proxy_http_version 1.1;
-            proxy_set_header Connection "";
-            proxy_set_header Host $host:$server_port;
-            proxy_buffering off;
-            proxy_read_timeout 120s;
-            proxy_connect_timeout 2s;
-            proxy_next_upstream error timeout http_502;
-        }}
-    }}
+    include {folder}/agents.conf;
 }}
 """
 
 
+def _agents_conf(upstreams: list[str], port: int) -> str:
+    """The deployment's own nginx file (deploy/agent-server/agents.conf), its two marked lines
+    pointed at `upstreams` and at 127.0.0.1:`port`."""
+    lines, replaced = [], 0
+    for line in AGENTS_CONF.read_text().splitlines():
+        marked = "replaced by the test" in line and not line.lstrip().startswith("#")
+        if marked and line.strip().startswith("server "):
+            lines += [f"    server {u.removeprefix('http://')} max_fails=0;" for u in upstreams]
+        elif marked and line.strip().startswith("listen "):
+            lines.append(f"    listen 127.0.0.1:{port};")
+        else:
+            lines.append(line)
+        replaced += marked
+    assert replaced == 2, "agents.conf lost its marked lines"
+    text = "\n".join(lines) + "\n"
+    return text
+
+
 @contextmanager
 def nginx(folder: Path, upstreams: list[str]) -> Iterator[str]:
-    """nginx on a free port of 127.0.0.1 in front of `upstreams` ("http://127.0.0.1:P");
-    its URL. Server-Sent Events pass unbuffered; a refused upstream is skipped."""
+    """nginx on a free port of 127.0.0.1 in front of `upstreams` ("http://127.0.0.1:P"),
+    configured by the deployment's own file; its URL."""
     binary = shutil.which("nginx") or "/usr/sbin/nginx"
     assert Path(binary).exists(), "nginx is not installed: bin/setup --tests installs it"
     folder.mkdir(parents=True, exist_ok=True)
     port = free_port()
-    servers = "\n".join(
-        f"        server {u.removeprefix('http://')} max_fails=0;" for u in upstreams
-    )
+    (folder / "agents.conf").write_text(_agents_conf(upstreams, port))
     conf = folder / "nginx.conf"
     user = "user root;" if os.geteuid() == 0 else ""
-    conf.write_text(_NGINX_CONF.format(folder=folder, servers=servers, port=port, user=user))
+    conf.write_text(_NGINX_MAIN.format(folder=folder, user=user))
     with (folder / "stderr.log").open("wb") as log:
         process = subprocess.Popen([binary, "-c", str(conf), "-p", str(folder)], stderr=log)
     url = f"http://127.0.0.1:{port}"
