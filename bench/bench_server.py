@@ -146,7 +146,8 @@ class Client:
         writer.write(
             f"POST /chat HTTP/1.1\r\nHost: {self.host}:{self.port}\r\n"
             f"Authorization: Bearer {TOKEN}\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(body)}\r\n\r\n".encode() + body
+            f"Content-Length: {len(body)}\r\n\r\n".encode()
+            + body
         )
         status = await reader.readline()
         assert b" 200 " in status, status
