@@ -126,6 +126,9 @@ def install(
     imports = sys.modules.get("sandbox_kernel_imports")
     if imports is not None:  # corrections to the image's packages (imports.py)
         imports.after_import("numpy", sys.modules["sandbox_kernel_numpy"].patch)
+        mmap_module = sys.modules["sandbox_kernel_mmap"]
+        imports.after_import("mmap", mmap_module.patch)
+        imports.after_import("numpy._core.memmap", mmap_module.patch_memmap)
         imports.after_import("tqdm.std", _without_monitor)
         comms = sys.modules.get("sandbox_kernel_comms")  # the kernel's sessions (shell.py's)
         if comms is not None:

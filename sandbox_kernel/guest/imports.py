@@ -4,6 +4,7 @@ Runs INSIDE the sandbox's CPython, loaded as the module "sandbox_kernel_imports"
 driver, which registers what to do after which import (`after_import`):
 
 - numpy: its default integer made 64-bit where cells ask for it (numpy64.py);
+- mmap: a map that reads the file into memory, where WASI has none (mmapfile.py);
 - sklearn.datasets: the sample images the image left out, restored from the same version's
   wheel into the guest library (host/guest_library.py), added to the package's __path__.
 

@@ -61,10 +61,13 @@ __all__ = ["NOTEBOOK_DEFAULTS", "KernelSettings", "guest_can_write"]
 # for that time; one that sets fuel_budget keeps it.
 FUEL_PER_SECOND = 10_000_000_000
 NOTEBOOK_TIMEOUT_SECONDS = 600.0
+# A file may be as large as one cell may write (the workspace quota), so that data work (an
+# np.memmap or a saved array of a few hundred MB) meets the memory limit first, not the file's.
 NOTEBOOK_DEFAULTS: dict[str, object] = {
     "fuel_budget": int(NOTEBOOK_TIMEOUT_SECONDS * FUEL_PER_SECOND),
     "memory_bytes": 1_000_000_000,
     "timeout_seconds": NOTEBOOK_TIMEOUT_SECONDS,
+    "max_file_bytes": 1024 * 1024 * 1024,
 }
 WARM_MODULES = ("numpy", "pandas")
 

@@ -68,6 +68,7 @@ def loader_source(modules: GuestModules, then: str = "") -> str:
 GUEST_MODULES = (
     ("sandbox_kernel_imports", "imports.py"),
     ("sandbox_kernel_numpy", "numpy64.py"),
+    ("sandbox_kernel_mmap", "mmapfile.py"),
     ("sandbox_kernel_introspect", "introspect.py"),
     *DRIVER_PARTS,
     ("sandbox_kernel_driver", "driver.py"),

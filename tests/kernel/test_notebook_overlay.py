@@ -1,5 +1,6 @@
 """The notebook's folder as people use it, by default: cells read the files beside the notebook
-and write next to them (np.save, to_csv into a subfolder, sqlite3, savefig, rename, delete)
+and write next to them (np.save, to_csv into a subfolder, sqlite3, savefig, rename, delete,
+a 300 MB np.memmap)
 as on ipykernel, compared cell by cell with ipykernel run on a copy of the same folder; the
 user's own files are never changed, the guest's writes are kept in the layer, and the next
 start sees them.
@@ -32,6 +33,12 @@ CELLS = [
     "os.remove('notes.txt'); os.path.exists('notes.txt')",
     "!ls examples",
     "!cat examples/renamed.csv",
+    # A memmap of a few hundred MB (the guest has no mmap: guest/mmapfile.py reads the file).
+    "m = np.memmap('big.dat', mode='w+', dtype='uint8', shape=(300 * 2**20,))\n"
+    "m[::4096] = 1; m.flush(); del m\n"
+    "r = np.memmap('big.dat', mode='r', dtype='uint8')\n"
+    "r.shape, int(r[::4096].sum()), r.flags.writeable",
+    "a = np.load('some_array.npy', mmap_mode='r'); int(a.sum()), type(a).__name__",
 ]
 
 
