@@ -40,7 +40,7 @@ from typing import Any, Final
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
-from sandbox_kernel.runner.errors import CapsuleNotFound, RunnerConfigError
+from sandbox_kernel.runner.errors import CapsuleNotFound
 
 __all__ = [
     "Capsule",
@@ -49,7 +49,6 @@ __all__ = [
     "CapsuleUnavailable",
     "Capsules",
     "new_capsule_id",
-    "open_capsules",
 ]
 
 _SCHEMA_VERSION: Final = 1
@@ -210,18 +209,6 @@ def one_capsule(capsule_id: str, found: list[str]) -> Capsule:
     if len(found) > 1:
         raise CapsuleNotFound(f"several capsules start with {capsule_id!r}: give more of it")
     return Capsule.model_validate_json(found[0])
-
-
-def open_capsules(database: str | None, path: Path) -> Capsules:
-    """The store `database` names (a postgresql:// URL), else the SQLite file at `path`."""
-    if database is not None and database.startswith(("postgresql://", "postgres://")):
-        from sandbox_kernel.runner.capsules_pg import PostgresCapsules
-
-        return PostgresCapsules(database)
-    if database is not None:
-        scheme = database.split(":")[0]
-        raise RunnerConfigError(f"the capsule database must be a postgresql:// URL, not {scheme}:")
-    return CapsuleStore(path)
 
 
 class CapsuleStore(Capsules):

@@ -27,7 +27,7 @@ from typing import Annotated, Any, Final
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from sandbox_kernel.core.policy import ExecutionPolicy
-from sandbox_kernel.runner.capsules import Capsules, open_capsules
+from sandbox_kernel.runner.capsules import Capsules, CapsuleStore
 from sandbox_kernel.runner.datasets import DatasetRegistry
 from sandbox_kernel.runner.errors import RunnerConfigError
 from sandbox_kernel.runner.guard import GuardConfig, load_guard_config
@@ -148,7 +148,11 @@ class RunnerSettings(BaseModel):
         Raises:
             RunnerConfigError: the database's driver is not installed.
         """
-        return open_capsules(self.database, self.capsules)
+        if self.database is None:
+            return CapsuleStore(self.capsules)
+        from sandbox_kernel.runner.capsules_pg import PostgresCapsules  # psycopg, when asked
+
+        return PostgresCapsules(self.database)
 
     def registry(self) -> DatasetRegistry:
         """The dataset registry, read now (edits to the file apply to the next run)."""
