@@ -136,6 +136,29 @@ class Overlay:
     layer: Path
     shared: frozenset[int]  # WASI inodes of the user's files linked into the layer
     notes: list[str] = field(default_factory=list)
+    real: Path | None = None  # the user's folder
+    exclude: tuple[Path, ...] = ()
+    watched: dict[Path, int] = field(default_factory=dict)  # its folders' mtimes, when shown
+
+    def refresh(self) -> bool:
+        """Bring the layer up to date with the folder again if a folder of it changed since
+        (a file added, removed or replaced: its folder's mtime moved), as at a start: the
+        user's new files appear between two cells, as on ipykernel. Cheap when nothing
+        changed (one stat a folder). True when it looked again. Only between turns."""
+        if self.real is None or not self._changed():
+            return False
+        fresh = prepare_overlay(self.real, self.exclude)
+        self.shared, self.notes, self.watched = fresh.shared, fresh.notes, fresh.watched
+        return True
+
+    def _changed(self) -> bool:
+        for folder, seen in self.watched.items():
+            try:
+                if os.stat(folder).st_mtime_ns != seen:
+                    return True
+            except OSError:
+                return True
+        return False
 
     def before_write(
         self,
@@ -257,9 +280,12 @@ def prepare_overlay(real: Path, exclude: tuple[Path, ...] = ()) -> Overlay:
     left_out = {
         str(p.resolve().relative_to(real)) for p in exclude if p.resolve().is_relative_to(real)
     }
+    overlay.real, overlay.exclude = real, exclude
+    overlay.watched[real] = os.stat(real).st_mtime_ns
     for relative, st in _shown_files(real, overlay.notes, left_out):
         target = layer / relative
         if stat.S_ISDIR(st.st_mode):  # an empty folder is shown too (`output/`, to write in)
+            overlay.watched[real / relative] = st.st_mtime_ns
             skipped += not _show_folder(target, relative, st, before, linked)
         elif not _show_file(real, target, relative, st, before, linked):
             skipped += 1
