@@ -1,16 +1,23 @@
 """Notebooks written for ipykernel, cell by cell on sandbox-python and on ipykernel with the
-guest's package versions (the `sandbox-baseline` kernel, requirements-baseline.txt), and the
-fraction of the cells that run on ipykernel that also run here.
+guest's package versions (the `sandbox-baseline` kernel, requirements-baseline.txt): the
+share of the cells that run on ipykernel that also run here, the share of those whose text
+output is the same, and the time each kernel took.
 
     .venv/bin/python bench/notebook_compat.py FOLDER [--match GLOB] [--json FILE]
 
-Each notebook runs in a copy of its folder (so its relative data paths work: the sandbox
-kernel mounts the folder read-only at /notebook, SANDBOX_KERNEL_NOTEBOOK_FOLDER), a fresh
-kernel of each kind per notebook, cells in order whatever the earlier ones did, as a user
-running "Run All" without stopping would. A cell counts as running when its reply is "ok".
-Cells that fail on ipykernel are left out; sandbox failures are sorted by cause, and those
-that need what the sandbox never grants (the network, processes, threads) are counted apart,
-as the issue's target says.
+Each notebook runs on each kernel in a copy of its folder of its own (so its relative data
+paths work, and what one kernel writes the other never sees), sandbox-python in its default
+mode (the notebook's folder as a copy-on-write overlay), a fresh kernel of each kind per
+notebook, cells in order whatever the earlier ones did, as a user running "Run All" without
+stopping would. A cell counts as running when its reply is "ok". Cells that fail on ipykernel
+are left out; sandbox failures are sorted by cause, and those that need what the sandbox
+never grants (the network, processes, threads) are counted apart, as the issue's target says.
+
+Text output: the cell's streams, its text/plain results and displays, as a user reads them;
+memory addresses, %timeit's and %time's figures and tqdm's rates are masked before comparing
+(they differ between two runs of the same kernel). Time: each cell's reply, both kernels on
+the same machine one after the other; whole-notebook ratio and the median and 90th percentile
+of per-cell ratios (cells over 10 ms on ipykernel).
 """
 
 from __future__ import annotations
@@ -19,7 +26,9 @@ import argparse
 import fnmatch
 import json
 import os
+import re
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -52,22 +61,50 @@ class CellRun:
     sandbox: str
     seconds_baseline: float
     seconds_sandbox: float
+    text_baseline: str = ""
+    text_sandbox: str = ""
 
 
-def _run(kc: Any, code: str) -> tuple[str, float]:
-    """The cell's outcome, "ok" or "EName: evalue", and its seconds."""
+# What differs between two runs of one kernel: masked before text is compared.
+_MASKS = (
+    (re.compile(r"0x[0-9a-fA-F]{6,}"), "0x?"),
+    (re.compile(r"[\d.]+ [nµmu]?s ± [\d.]+ [nµmu]?s per loop.*"), "<timeit>"),
+    (re.compile(r"(CPU times|Wall time):.*"), r"\1: <time>"),
+    (re.compile(r"\d+(\.\d+)?(it/s|s/it)"), "<rate>"),
+    (re.compile(r"\[\d\d:\d\d<\d\d:\d\d"), "[<eta>"),
+)
+
+
+def _masked(text: str) -> str:
+    for pattern, replacement in _MASKS:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+def _run(kc: Any, code: str) -> tuple[str, float, str]:
+    """The cell's outcome ("ok" or "EName: evalue"), its seconds, and its text output."""
+    texts: list[str] = []
+
+    def hear(msg: dict[str, Any]) -> None:
+        kind, content = msg["msg_type"], msg["content"]
+        if kind == "stream":
+            texts.append(content["text"])
+        elif kind in ("execute_result", "display_data"):
+            texts.append(content["data"].get("text/plain", "") + "\n")
+
     began = time.monotonic()
     try:
         reply = kc.execute_interactive(
-            code, timeout=CELL_TIMEOUT_SECONDS, output_hook=lambda msg: None, allow_stdin=False
+            code, timeout=CELL_TIMEOUT_SECONDS, output_hook=hear, allow_stdin=False
         )
     except TimeoutError:
-        return "Timeout: no reply", time.monotonic() - began
+        return "Timeout: no reply", time.monotonic() - began, ""
     content = reply["content"]
     took = time.monotonic() - began
+    text = _masked("".join(texts))
     if content["status"] == "ok":
-        return "ok", took
-    return f"{content.get('ename')}: {str(content.get('evalue'))[:300]}", took
+        return "ok", took, text
+    return f"{content.get('ename')}: {str(content.get('evalue'))[:300]}", took, text
 
 
 def _kernel(name: str, folder: Path, scratch: Path) -> tuple[Any, Any]:
@@ -78,7 +115,6 @@ def _kernel(name: str, folder: Path, scratch: Path) -> tuple[Any, Any]:
             SANDBOX_KERNEL_WORKSPACE=str(scratch / "workspace"),
             SANDBOX_KERNEL_POLICY=str(scratch / "policy.toml"),
             SANDBOX_KERNEL_RUN_LOG=str(scratch / "runs.jsonl"),
-            SANDBOX_KERNEL_NOTEBOOK_FOLDER="read-only",
         )
     return start_new_kernel(
         kernel_name=name, startup_timeout=STARTUP_SECONDS, cwd=str(folder), env=env
@@ -89,10 +125,10 @@ def run_notebook(path: Path) -> list[CellRun]:
     cells = [c for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code"]
     runs: list[CellRun] = []
     with tempfile.TemporaryDirectory(prefix="notebook-compat-") as temp:
-        folder = Path(temp) / "notebook"
-        shutil.copytree(path.parent, folder, ignore=shutil.ignore_patterns("*.ipynb"))
-        outcomes: dict[str, list[tuple[str, float]]] = {}
+        outcomes: dict[str, list[tuple[str, float, str]]] = {}
         for name in ("sandbox-baseline", "sandbox-python"):
+            folder = Path(temp) / f"{name}-notebook"  # a copy each: writes never cross
+            shutil.copytree(path.parent, folder, ignore=shutil.ignore_patterns("*.ipynb"))
             scratch = Path(temp) / name
             scratch.mkdir()
             km, kc = _kernel(name, folder, scratch)
@@ -102,12 +138,20 @@ def run_notebook(path: Path) -> list[CellRun]:
                 kc.stop_channels()
                 km.shutdown_kernel(now=True)
         for index, cell in enumerate(cells):
-            (base, base_s), (ours, ours_s) = (
+            (base, base_s, base_text), (ours, ours_s, our_text) = (
                 outcomes["sandbox-baseline"][index],
                 outcomes["sandbox-python"][index],
             )
-            runs.append(CellRun(path.name, index, cell.source, base, ours, base_s, ours_s))
+            runs.append(
+                CellRun(
+                    path.name, index, cell.source, base, ours, base_s, ours_s, base_text, our_text
+                )
+            )
     return runs
+
+
+def _differs(run: CellRun) -> bool:
+    return run.text_baseline != run.text_sandbox
 
 
 def _cause(outcome: str) -> str:
@@ -121,6 +165,11 @@ def report(runs: list[CellRun]) -> dict[str, Any]:
     excluded = [r for r in failing if _cause(r.sandbox) in ("processes", "network", "threads")]
     target = len(counted) - len(excluded)
     passed = len(counted) - len(failing)
+    both = [r for r in counted if r.sandbox == "ok"]
+    same_text = [r for r in both if not _differs(r)]
+    timed = [r for r in runs if r.seconds_baseline >= 0.01 and r.seconds_sandbox > 0]
+    ratios = sorted(r.seconds_sandbox / r.seconds_baseline for r in timed)
+    base_total = sum(r.seconds_baseline for r in runs)
     return {
         "notebooks": len({r.notebook for r in runs}),
         "cells": len(runs),
@@ -130,8 +179,15 @@ def report(runs: list[CellRun]) -> dict[str, Any]:
         "excluded_network_processes_threads": len(excluded),
         "fraction_of_target": passed / target if target else 1.0,
         "failures_by_cause": dict(Counter(_cause(r.sandbox) for r in failing).most_common()),
-        "seconds_ipykernel": round(sum(r.seconds_baseline for r in runs), 1),
+        "same_text": len(same_text),
+        "fraction_same_text": len(same_text) / len(both) if both else 1.0,
+        "seconds_ipykernel": round(base_total, 1),
         "seconds_sandbox": round(sum(r.seconds_sandbox for r in runs), 1),
+        "time_ratio": round(sum(r.seconds_sandbox for r in runs) / base_total, 3)
+        if base_total
+        else None,
+        "cell_ratio_median": round(statistics.median(ratios), 3) if ratios else None,
+        "cell_ratio_p90": round(ratios[int(0.9 * (len(ratios) - 1))], 3) if ratios else None,
     }
 
 
@@ -147,9 +203,16 @@ def main() -> None:
         found = run_notebook(path)
         runs += found
         bad = [r for r in found if r.baseline == "ok" and r.sandbox != "ok"]
-        print(f"{path.name}: {len(found)} cells, {len(bad)} fail only here", flush=True)
+        differ = [r for r in found if r.baseline == r.sandbox == "ok" and _differs(r)]
+        print(
+            f"{path.name}: {len(found)} cells, {len(bad)} fail only here, "
+            f"{len(differ)} print other text",
+            flush=True,
+        )
         for r in bad:
             print(f"    [{r.index}] {r.sandbox[:160]!r}  <- {r.source[:80]!r}", flush=True)
+        for r in differ:
+            print(f"    [{r.index}] text differs  <- {r.source[:80]!r}", flush=True)
     summary = report(runs)
     print(json.dumps(summary, indent=2))
     if args.json:

@@ -13,7 +13,9 @@ new timestamps), the guard's shadow calls `Overlay.before_write`, which replaces
 with a private copy first (copy-up); the write then lands in the copy. Renames and deletes
 change the layer's names only. A file the guest wrote, renamed or deleted stays that way at
 the next start (state.json remembers what was linked); a file the user changed by replacing
-it is linked again, one the user deleted goes from the layer too.
+it is linked again, one the user deleted goes from the layer too. Folders are made in the
+layer, empty ones included (a notebook writes into its `output/`); one the guest removed stays
+removed, one the user removed goes when the guest left nothing in it.
 
 Never shown: names starting with "." (hidden files and folders: .git, .env, .ssh, .aws, the
 layer itself), known secret files (SECRET_NAMES: SSH and TLS keys, cloud credentials, key
@@ -134,6 +136,29 @@ class Overlay:
     layer: Path
     shared: frozenset[int]  # WASI inodes of the user's files linked into the layer
     notes: list[str] = field(default_factory=list)
+    real: Path | None = None  # the user's folder
+    exclude: tuple[Path, ...] = ()
+    watched: dict[Path, int] = field(default_factory=dict)  # its folders' mtimes, when shown
+
+    def refresh(self) -> bool:
+        """Bring the layer up to date with the folder again if a folder of it changed since
+        (a file added, removed or replaced: its folder's mtime moved), as at a start: the
+        user's new files appear between two cells, as on ipykernel. Cheap when nothing
+        changed (one stat a folder). True when it looked again. Only between turns."""
+        if self.real is None or not self._changed():
+            return False
+        fresh = prepare_overlay(self.real, self.exclude)
+        self.shared, self.notes, self.watched = fresh.shared, fresh.notes, fresh.watched
+        return True
+
+    def _changed(self) -> bool:
+        for folder, seen in self.watched.items():
+            try:
+                if os.stat(folder).st_mtime_ns != seen:
+                    return True
+            except OSError:
+                return True
+        return False
 
     def before_write(
         self,
@@ -255,35 +280,18 @@ def prepare_overlay(real: Path, exclude: tuple[Path, ...] = ()) -> Overlay:
     left_out = {
         str(p.resolve().relative_to(real)) for p in exclude if p.resolve().is_relative_to(real)
     }
+    overlay.real, overlay.exclude = real, exclude
+    overlay.watched[real] = os.stat(real).st_mtime_ns
     for relative, st in _shown_files(real, overlay.notes, left_out):
         target = layer / relative
-        previous = before.pop(relative, None)
-        try:
-            current = os.lstat(target)
-        except FileNotFoundError:
-            current = None
-        if current is None and previous is not None:
-            linked[relative] = previous  # the guest deleted it: it stays deleted
-            continue
-        if current is not None and (current.st_dev, current.st_ino) != (st.st_dev, st.st_ino):
-            if previous is None or (current.st_dev, current.st_ino) != previous:
-                continue  # the guest's own file by that name: it wins
-            target.unlink()  # the user replaced the file: link the new one
-        if current is None or not os.path.samestat(current, st):
-            try:
-                target.parent.mkdir(parents=True, exist_ok=True)
-                os.link(real / relative, target, follow_symlinks=False)
-            except OSError:
-                skipped += 1
-                continue
-        linked[relative] = (st.st_dev, st.st_ino)
-        shared.add(wasi_inode(st))
-    for relative, identity in before.items():  # gone from the folder: gone from the layer
-        target = layer / relative
-        with contextlib.suppress(OSError):
-            current = os.lstat(target)
-            if (current.st_dev, current.st_ino) == identity:
-                target.unlink()
+        if stat.S_ISDIR(st.st_mode):  # an empty folder is shown too (`output/`, to write in)
+            overlay.watched[real / relative] = st.st_mtime_ns
+            skipped += not _show_folder(target, relative, st, before, linked)
+        elif not _show_file(real, target, relative, st, before, linked):
+            skipped += 1
+        elif linked.get(relative) == (st.st_dev, st.st_ino):
+            shared.add(wasi_inode(st))
+    _remove_gone(layer, before)
     if skipped:
         overlay.notes.append(
             f"{skipped} files could not be linked (another file system, or not yours)"
@@ -291,6 +299,82 @@ def prepare_overlay(real: Path, exclude: tuple[Path, ...] = ()) -> Overlay:
     _write_record(record_path, linked)
     overlay.shared = frozenset(shared)
     return overlay
+
+
+def _show_file(
+    real: Path,
+    target: Path,
+    relative: str,
+    st: os.stat_result,
+    before: dict[str, tuple[int, int]],
+    linked: dict[str, tuple[int, int]],
+) -> bool:
+    """Link the user's file `relative` into the layer, unless the guest deleted it since the
+    last start or has a file of its own by that name; False when it cannot be linked."""
+    previous = before.pop(relative, None)
+    try:
+        current = os.lstat(target)
+    except FileNotFoundError:
+        current = None
+    if current is None and previous is not None:
+        linked[relative] = previous  # the guest deleted it: it stays deleted
+        return True
+    if current is not None and (current.st_dev, current.st_ino) != (st.st_dev, st.st_ino):
+        if previous is None or (current.st_dev, current.st_ino) != previous:
+            return True  # the guest's own file by that name: it wins
+        target.unlink()  # the user replaced the file: link the new one
+    if current is None or not os.path.samestat(current, st):
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            os.link(real / relative, target, follow_symlinks=False)
+        except OSError:
+            return False
+    linked[relative] = (st.st_dev, st.st_ino)
+    return True
+
+
+def _remove_gone(layer: Path, gone: dict[str, tuple[int, int]]) -> None:
+    """Remove from the layer what the user removed from the folder: a link that is still the
+    user's file, a folder the guest left empty (the deepest first)."""
+    for relative in sorted(gone, key=len, reverse=True):
+        target = layer / relative
+        with contextlib.suppress(OSError):
+            if relative.endswith("/"):
+                target.rmdir()  # only if empty: what the guest put there stays
+                continue
+            current = os.lstat(target)
+            if (current.st_dev, current.st_ino) == gone[relative]:
+                target.unlink()
+
+
+def _show_folder(
+    target: Path,
+    relative: str,
+    st: os.stat_result,
+    before: dict[str, tuple[int, int]],
+    linked: dict[str, tuple[int, int]],
+) -> bool:
+    """Make the folder `relative` in the layer (recorded with a trailing "/"), unless the
+    guest removed it since the last start or put a file of its own by that name; False when
+    it cannot be made."""
+    key = f"{relative}/"
+    previous = before.pop(key, None)
+    try:
+        current = os.lstat(target)
+    except FileNotFoundError:
+        current = None
+    if current is None and previous is not None:
+        linked[key] = previous  # the guest removed it: it stays removed
+        return True
+    if current is None:
+        try:
+            target.mkdir(parents=True)
+        except OSError:
+            return False
+    elif not stat.S_ISDIR(current.st_mode):
+        return True  # the guest's own file by that name: it wins
+    linked[key] = (st.st_dev, st.st_ino)
+    return True
 
 
 def _private_folder(folder: Path) -> Path:
@@ -308,8 +392,8 @@ def _private_folder(folder: Path) -> Path:
 def _shown_files(
     real: Path, notes: list[str], left_out: set[str]
 ) -> Iterator[tuple[str, os.stat_result]]:
-    """(relative path, stat) of every file the guest may see, folders first-come; folders
-    whose relative path is in `left_out` are skipped whole."""
+    """(relative path, stat) of every file and folder the guest may see, a folder before what
+    it holds; folders whose relative path is in `left_out` are skipped whole."""
     count = 0
     stack = [""]
     while stack:
@@ -332,13 +416,15 @@ def _shown_files(
                     continue
                 count += 1
                 stack.append(relative)
+                yield relative, entry.stat(follow_symlinks=False)
             elif entry.is_file(follow_symlinks=False):
                 count += 1
                 yield relative, entry.stat(follow_symlinks=False)
 
 
 def _read_record(path: Path) -> dict[str, tuple[int, int]]:
-    """What the last start linked: {relative path: (device, inode)}. Entries that are not
+    """What the last start linked: {relative path: (device, inode)}, a folder's path ending
+    in "/". Entries that are not
     plain relative paths are dropped (the file is the host's, but a cloned folder could
     carry one)."""
     try:

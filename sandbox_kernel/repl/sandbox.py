@@ -33,7 +33,7 @@ from sandbox_kernel.core.errors import SandboxAbandoned, SandboxExecutionError
 from sandbox_kernel.core.results import LimitKind
 from sandbox_kernel.host.artifacts import python_image
 from sandbox_kernel.host.memory_image import MemoryImage
-from sandbox_kernel.host.overlay import Overlay
+from sandbox_kernel.host.overlay import Overlay, OverlayRefused
 from sandbox_kernel.host.session import GuestSession, SessionConfig, TurnLimits, TurnOutcome
 from sandbox_kernel.repl import warm
 from sandbox_kernel.repl.bridged import BridgedSession
@@ -271,6 +271,7 @@ class ReplSandbox(GuestCalls, BridgedSession):
                 self.initialize()
             session = self._session_or_fail()
             self._join_capture()
+            self._refresh_folder()
             self._count += 1
             number = self._count
             outcome = self._run_cell(session, number, code, on_stdout, on_stderr)
@@ -290,6 +291,17 @@ class ReplSandbox(GuestCalls, BridgedSession):
             if not defer_image and self.config.rollback_images:
                 self._start_capture(session)
             return execution_from_reply(reply, outcome, number)
+
+    def _refresh_folder(self) -> None:
+        """The notebook folder's files added or replaced by the user since the last cell,
+        shown before this one (as on ipykernel); a folder that can no longer be shown this
+        way keeps the layer it had."""
+        if self.overlay is None:
+            return
+        try:
+            self.overlay.refresh()
+        except (OverlayRefused, OSError) as exc:
+            self.folder_notes.append(f"the notebook's folder was not brought up to date: {exc}")
 
     def _run_cell(
         self,

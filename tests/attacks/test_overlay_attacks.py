@@ -234,3 +234,28 @@ def test_the_home_folder_is_never_shown(tmp_path: Path, monkeypatch: pytest.Monk
         assert repl.execute("import os; os.getcwd()").result == {"text/plain": "'/app'"}
         assert any("not shown" in note for note in repl.folder_notes), repl.folder_notes
         assert repl.execute("os.listdir('/notebook')").status == "error"
+
+
+def test_a_file_the_user_adds_mid_session_is_shown_and_still_never_changed(
+    folder: Path, session: ReplSandbox
+) -> None:
+    """The layer is brought up to date between cells (Overlay.refresh): a file the user adds
+    while the kernel runs is seen by the next cell, as on ipykernel, and is as much the user's
+    as the others (without the refresh of the guard's set, a write through the new hard link
+    would land in the user's file)."""
+    (folder / "data" / "added.csv").write_text("added by the user\n")
+    (folder / "later").mkdir()
+    (folder / "later" / "more.csv").write_text("more\n")
+    before = _snapshot(folder)
+    out = _run(
+        session,
+        "print(open('data/added.csv').read(), end='')\nprint(open('later/more.csv').read())\n"
+        "open('data/added.csv', 'a').write('guest')\nopen('later/more.csv', 'w').write('guest')\n"
+        "print(open('data/added.csv').read())",
+    )
+    assert out == "added by the user\nmore\n\nadded by the user\nguest\n"
+    assert _snapshot(folder) == before
+    (folder / "data" / "added.csv").unlink()  # removed by the user: gone at the next cell
+    assert _run(session, "import os; print(os.path.exists('data/added.csv'))") == "True\n", (
+        "the guest's own copy of a file stays when the user removes theirs"
+    )

@@ -33,6 +33,7 @@ CELLS = [
     "os.remove('notes.txt'); os.path.exists('notes.txt')",
     "!ls examples",
     "!cat examples/renamed.csv",
+    "df.to_csv('output/table.csv')\nsorted(n for n in os.listdir('output') if n[0] != '.')",
     # A memmap of a few hundred MB (the guest has no mmap: guest/mmapfile.py reads the file).
     "m = np.memmap('big.dat', mode='w+', dtype='uint8', shape=(300 * 2**20,))\n"
     "m[::4096] = 1; m.flush(); del m\n"
@@ -48,6 +49,8 @@ def _course(root: Path) -> None:
     (root / "examples" / "ex2.csv").write_text("x\n1\n")
     (root / "notes.txt").write_text("the user's notes\n")
     (root / ".env").write_text("TOKEN=never shown\n")
+    (root / "output").mkdir()  # empty but for a hidden file, as a repository keeps it
+    (root / "output" / ".gitkeep").write_text("")
 
 
 def _outputs(kernel_root: Path, sandbox: bool) -> list[str]:
@@ -82,10 +85,14 @@ def test_the_next_start_sees_what_the_guest_did(tmp_path: Path) -> None:
     _course(root)
     kernel = start_kernel(root)
     try:
-        kernel.run_ok("import os; os.remove('notes.txt'); open('mine.txt', 'w').write('kept')")
+        kernel.run_ok(
+            "import os; os.remove('notes.txt'); open('mine.txt', 'w').write('kept')\n"
+            "os.rmdir('output')"
+        )
     finally:
         kernel.shutdown()
     (root / "new-data.csv").write_text("n\n1\n")  # the user adds a file between sessions
+    (root / "later").mkdir()  # and an empty folder
     kernel = start_kernel(root)
     try:
         names = kernel.run_ok(
@@ -93,6 +100,8 @@ def test_the_next_start_sees_what_the_guest_did(tmp_path: Path) -> None:
         )
         assert names.result() == "['mine.txt', 'new-data.csv']"
         assert kernel.run_ok("open('mine.txt').read()").result() == "'kept'"
+        folders = kernel.run_ok("os.path.isdir('later'), os.path.exists('output')")
+        assert folders.result() == "(True, False)", "a new folder shown, a removed one gone"
     finally:
         kernel.shutdown()
     assert (root / "notes.txt").read_text() == "the user's notes\n"

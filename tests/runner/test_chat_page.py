@@ -158,3 +158,23 @@ def test_a_chart_is_shown_as_an_image(browser: Any, server: Server, tmp_path: Pa
         assert width > 0, "the chart does not render"
         assert page.evaluate("window.__pwned") is None
     page.close()
+
+
+def test_a_server_that_dies_mid_answer_is_said_so(
+    browser: Any, servers: Serving, tmp_path: Path
+) -> None:
+    """A replica killed while it answers: the page says the answer was cut (it showed
+    nothing before: a stream that ended without its done event looked like an empty answer)."""
+    doomed = servers.start("--timeout", "60", name="page-doomed")
+    page = _open(browser, doomed)
+    with screenshot_on_failure(page, tmp_path, "died"):
+        page.select_option("#dataset", "retail")
+        page.fill("#message", "PYTHON: while True:\n    pass")
+        page.click("#send")
+        page.wait_for_selector("#statuses li[data-event=executing]", timeout=60_000)
+        doomed.process.kill()
+        page.wait_for_selector("body[data-state=idle]", timeout=60_000)
+        error = page.inner_text("#error")
+        assert error.startswith(("the server stopped before", "the connection failed")), error
+        assert page.locator("#result th").count() == 0
+    page.close()

@@ -44,17 +44,24 @@ def replicas(tmp_path: Path, database: Postgres) -> Iterator[tuple[str, list[Ser
 
 
 def chat(url: str, message: str = SQL) -> dict[str, Any]:
-    """One chat through `url`: its result event, or the HTTP status and text when it is not a
-    stream of events."""
+    """One chat through `url`: its result and done events, the HTTP status and text when it
+    is not a stream of events, or {"cut": ...} when the connection broke mid-answer."""
     headers = {"Authorization": f"Bearer {TOKEN}"}
     body = {"message": message, "dataset_id": "retail"}
-    with (
-        httpx.Client(base_url=url, headers=headers, timeout=120) as client,
-        client.stream("POST", "/chat", json=body) as answer,
-    ):
-        if answer.status_code != 200:
-            return {"http_status": answer.status_code, "text": answer.read().decode()}
-        events = dict(read_events(answer.iter_lines()))
+    events: dict[str, Any] = {}
+    try:
+        with (
+            httpx.Client(base_url=url, headers=headers, timeout=120) as client,
+            client.stream("POST", "/chat", json=body) as answer,
+        ):
+            if answer.status_code != 200:
+                return {"http_status": answer.status_code, "text": answer.read().decode()}
+            for name, data in read_events(answer.iter_lines()):
+                events[name] = data
+    except httpx.TransportError as exc:
+        return {"cut": repr(exc), **events}
+    if "done" not in events:
+        return {"cut": "the stream ended without its done event", **events}
     return {"result": events.get("result"), "done": events.get("done")}
 
 
@@ -151,3 +158,34 @@ def test_the_database_restarted_mid_run_loses_no_capsule(
     run_ids = [a["result"]["run_id"] for a in answers]
     assert all(run_ids), "a run was answered without its capsule"
     assert set(recorded(database, run_ids)) == set(run_ids)
+
+
+def test_a_replica_killed_under_traffic_leaves_only_its_own_chats_unanswered(
+    replicas: tuple[str, list[Server], Serving], database: Postgres
+) -> None:
+    """SIGKILL: the replica cannot finish what it took. Its chats in flight are cut (the
+    client sees the connection break, the page says so); every other chat is answered by the
+    other replica; a run that had reached the killed replica's worker is still recorded whole
+    (the worker finishes it, then ends with its server), and no capsule is half-written."""
+    proxy, servers, _ = replicas
+    quarter = threading.Event()
+    results: list[list[dict[str, Any]]] = []
+    load = threading.Thread(target=lambda: results.append(chats_during(proxy, 40, 4, quarter)))
+    load.start()
+    assert quarter.wait(120), "no chat was answered"
+    servers[0].process.kill()
+    load.join(timeout=300)
+    answers = results[0]
+    assert len(answers) == 40
+    answered = [a for a in answers if "result" in a]
+    # A chat the killed replica had begun answering is cut; one it had taken but not begun
+    # answering gets nginx's 502 (a POST is never sent to a second replica).
+    lost = [a for a in answers if "cut" in a or a.get("http_status") == 502]
+    assert len(answered) + len(lost) == 40, answers
+    assert all(a["result"]["status"] == "success" for a in answered), answered
+    assert len(lost) <= 17, "more chats lost than the killed replica could hold (1 + queue 16)"
+    assert len(answered) >= 40 - 17
+    rows = database.query("SELECT id, capsule FROM capsules")
+    capsules = {str(i): json.loads(str(c)) for i, c in rows}  # every one parses whole
+    assert all(c["id"] == i for i, c in capsules.items())
+    assert {a["result"]["run_id"] for a in answered} <= set(capsules)

@@ -146,6 +146,7 @@ async function ask(form) {
   $("send").disabled = true;
   let plan = null;
   let runId = null;
+  let finished = false;
   try {
     const body = JSON.stringify({ message: form.message.value, dataset_id: form.dataset_id.value });
     const answer = await fetch("/chat", {
@@ -169,7 +170,12 @@ async function ask(form) {
         if (event === "validating") plan = data;
         if (event === "result") { showTable(data); runId = data.run_id; }
         if (event === "error") showError(`${data.type}: ${data.message}`);
+        if (event === "done") finished = true;
       }
+    }
+    if (!finished) {
+      // The server went away mid-answer (a replica stopped): say so, never a silent page.
+      return showError("the server stopped before it finished answering: ask again");
     }
     await showDetails(runId, plan);
   } catch (failure) {
