@@ -68,7 +68,9 @@ class CellRun:
 # What differs between two runs of one kernel: masked before text is compared.
 _MASKS = (
     (re.compile(r"0x[0-9a-fA-F]{6,}"), "0x?"),
-    (re.compile(r"[\d.]+ [nµmu]?s ± [\d.]+ [nµmu]?s per loop.*"), "<timeit>"),
+    (re.compile(r"[\d.]+ [nµμmu]?s ± [\d.]+ [nµμmu]?s per loop.*"), "<timeit>"),
+    (re.compile(r"ipykernel_\d+"), "ipykernel_?"),  # a warning's cell file: the process id
+    (re.compile(r"^Time: +\d\d:\d\d:\d\d", re.M), "Time: <clock>"),  # statsmodels' summary
     (re.compile(r"(CPU times|Wall time):.*"), r"\1: <time>"),
     (re.compile(r"\d+(\.\d+)?(it/s|s/it)"), "<rate>"),
     (re.compile(r"\[\d\d:\d\d<\d\d:\d\d"), "[<eta>"),

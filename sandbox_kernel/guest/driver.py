@@ -296,7 +296,16 @@ class Driver(Binding):
     # -- what the shell reports (shell.py) -------------------------------------------------
 
     def set_result(self, data: dict[str, Any], metadata: dict[str, Any]) -> None:
+        """The cell's result, as IPython's display hook gives it: kept for the reply, and shown
+        now, as ipykernel's display hook publishes it, so that it comes before what the cell
+        shows after it (the figures the inline backend flushes once the cell has run). The
+        host shows it from the reply instead when it has not shown it here."""
         self._outcome["result"], self._outcome["result_metadata"] = data, metadata
+        flush_streams()
+        try:
+            self.request("result", data=data, metadata=metadata)
+        except Exception as exc:  # the reply still carries it
+            warn(f"the result could not be shown now: {describe(exc)}")
 
     def set_error(self, etype: Any, evalue: Any, stb: list[str]) -> None:
         name = getattr(etype, "__name__", None) or type(evalue).__name__

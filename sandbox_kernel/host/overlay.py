@@ -311,11 +311,7 @@ def _show_file(
 ) -> bool:
     """Link the user's file `relative` into the layer, unless the guest deleted it since the
     last start or has a file of its own by that name; False when it cannot be linked."""
-    previous = before.pop(relative, None)
-    try:
-        current = os.lstat(target)
-    except FileNotFoundError:
-        current = None
+    previous, current = before.pop(relative, None), _in_layer(target)
     if current is None and previous is not None:
         linked[relative] = previous  # the guest deleted it: it stays deleted
         return True
@@ -331,6 +327,13 @@ def _show_file(
             return False
     linked[relative] = (st.st_dev, st.st_ino)
     return True
+
+
+def _in_layer(target: Path) -> os.stat_result | None:
+    try:
+        return os.lstat(target)
+    except FileNotFoundError:
+        return None
 
 
 def _remove_gone(layer: Path, gone: dict[str, tuple[int, int]]) -> None:
@@ -358,11 +361,7 @@ def _show_folder(
     guest removed it since the last start or put a file of its own by that name; False when
     it cannot be made."""
     key = f"{relative}/"
-    previous = before.pop(key, None)
-    try:
-        current = os.lstat(target)
-    except FileNotFoundError:
-        current = None
+    previous, current = before.pop(key, None), _in_layer(target)
     if current is None and previous is not None:
         linked[key] = previous  # the guest removed it: it stays removed
         return True

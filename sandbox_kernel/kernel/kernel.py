@@ -106,6 +106,7 @@ class SandboxKernel(Kernel):
         self.llm = self._llm_service()
         config = self.settings.repl_config(
             on_display_message=self.out.display,
+            on_result=self.out.result,
             on_clear_output=self.out.clear_output,
             on_input=self._input,
             on_packages=self.runlog.record_packages,
@@ -299,7 +300,7 @@ class SandboxKernel(Kernel):
         if plan.reply is not None:
             return self._magic_reply(plan.reply, count, silent)
         async with self.comms.ordered(self):  # after comm messages that came first (comms.py)
-            self.out.begin(silent)
+            self.out.begin(silent, count)
             before = list_files(self.settings.workspace)
             try:
                 execution, error, payload = await asyncio.to_thread(

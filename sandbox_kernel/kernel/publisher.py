@@ -33,11 +33,25 @@ class Publisher:
         self.silent = False  # a silent execution publishes nothing
         self.removed: list[str] = []  # what the firewall removed in the running execution
         self.streams: StreamPublisher | None = None  # the running cell's
+        self.count: int | None = None  # the running execution's number
+        self.result_shown = False  # its result was shown when the guest gave it
 
-    def begin(self, silent: bool) -> None:
-        """A new execution: its silence, and a fresh record of removals."""
+    def begin(self, silent: bool, count: int | None = None) -> None:
+        """A new execution: its silence, its number, and a fresh record of removals."""
         self.silent = silent
         self.removed = []
+        self.count = count
+        self.result_shown = False
+
+    def result(self, data: dict[str, Any], metadata: dict[str, Any]) -> None:
+        """The cell's result as its display hook gives it, shown now (as ipykernel's), after
+        what the cell printed and before what it shows afterwards."""
+        if self.silent or self.count is None or self.result_shown:
+            return
+        self.flush()
+        shown = self.firewall.bundle(data, metadata)
+        self._shown("execute_result", messages.execute_result_content(self.count, shown), shown)
+        self.result_shown = True
 
     def stream(self, name: str, text: str) -> None:
         """Output of the kernel itself (magics, notices), for the current request."""
@@ -72,7 +86,7 @@ class Publisher:
         that pass the firewall, for the reply."""
         error = messages.error_content(execution)
         if not silent:
-            if execution.result:
+            if execution.result and not self.result_shown:
                 shown = self.firewall.bundle(execution.result, execution.result_metadata)
                 self._shown("execute_result", messages.execute_result_content(count, shown), shown)
             if error is not None and not execution.error_shown:  # a UsageError: on stderr

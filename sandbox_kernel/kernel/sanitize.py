@@ -82,7 +82,8 @@ HTML_ATTRIBUTES: dict[str, set[str]] = {
     "img": {"src", "alt", "width", "height"},
     "table": {"border", "cellpadding", "cellspacing", "width", "summary"},
     "td": {"colspan", "rowspan", "valign", "width", "headers"},
-    "th": {"colspan", "rowspan", "valign", "width", "scope", "headers"},
+    # halign: pandas writes it on a MultiIndex's header cells (a word, never a URL or code).
+    "th": {"colspan", "rowspan", "valign", "halign", "width", "scope", "headers"},
     "tr": {"valign"},
     "col": {"span", "width"},
     "colgroup": {"span", "width"},

@@ -198,6 +198,18 @@ class Bridge:
             return error_answer("RuntimeError", f"on_display failed: {_describe(exc)}")
         return ok_answer()
 
+    def _op_result(self, request: dict[str, Any]) -> bytes:
+        """The cell's result, shown when IPython's display hook gives it (also in the reply)."""
+        data, metadata = request.get("data"), request.get("metadata") or {}
+        if not isinstance(data, dict) or not isinstance(metadata, dict):
+            return error_answer("ValueError", "malformed result")
+        try:
+            if self.config.on_result is not None:
+                self.config.on_result(data, metadata)
+        except Exception as exc:
+            return error_answer("RuntimeError", f"on_result failed: {_describe(exc)}")
+        return ok_answer()
+
     def _op_comm(self, request: dict[str, Any]) -> bytes:
         """A guest comm's message for the frontend (comm_open, comm_msg, comm_close)."""
         try:

@@ -132,6 +132,9 @@ class REPLConfig(BaseModel):
     # Displays with their display_id and update flag (update_display); when set, used instead
     # of on_display. on_clear_output(wait) for IPython's clear_output.
     on_display_message: Callable[[DisplayMessage], None] | None = None
+    # on_result(data, metadata): an IPython session's cell result, when its display hook gives
+    # it (before the figures the cell shows after); CodeExecution.result carries it too.
+    on_result: Callable[[dict[str, Any], dict[str, Any]], None] | None = None
     on_clear_output: Callable[[bool], None] | None = None
     # Comms (ipywidgets): on_comm hears each guest comm's message for the frontend (None:
     # dropped); on_parent answers which request the guest is answering ({"header": {...}},

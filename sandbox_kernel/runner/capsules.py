@@ -52,19 +52,28 @@ __all__ = [
 ]
 
 _SCHEMA_VERSION: Final = 1
-_SCHEMA: Final = """
-CREATE TABLE IF NOT EXISTS capsules (
-    id          TEXT PRIMARY KEY,
-    created_at  TEXT NOT NULL,
-    query_type  TEXT,
-    dataset_id  TEXT,
-    status      TEXT NOT NULL,
-    error_type  TEXT,
-    duration_ms REAL NOT NULL,
-    capsule     TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS capsules_by_time ON capsules (created_at);
-"""
+
+
+def schema(real: str = "REAL", order: str = "") -> list[str]:
+    """The statements that make the capsules table and its index, in a database's dialect:
+    its name for a double (`real`), and a column that keeps the insertion order (`order`,
+    PostgreSQL's; SQLite has its rowid)."""
+    extra = f",\n    {order}" if order else ""
+    return [
+        "CREATE TABLE IF NOT EXISTS capsules (\n"
+        "    id          TEXT PRIMARY KEY,\n"
+        "    created_at  TEXT NOT NULL,\n"
+        "    query_type  TEXT,\n"
+        "    dataset_id  TEXT,\n"
+        "    status      TEXT NOT NULL,\n"
+        "    error_type  TEXT,\n"
+        f"    duration_ms {real} NOT NULL,\n"
+        f"    capsule     TEXT NOT NULL{extra}\n"
+        ")",
+        "CREATE INDEX IF NOT EXISTS capsules_by_time ON capsules (created_at)",
+    ]
+
+
 _MIN_PREFIX: Final = 6
 
 
@@ -236,7 +245,8 @@ class CapsuleStore(Capsules):
                 connection.execute("PRAGMA synchronous = NORMAL")
             with connection:  # one transaction per call
                 if create:
-                    connection.executescript(_SCHEMA)
+                    for statement in schema():
+                        connection.execute(statement)
                     connection.execute(f"PRAGMA user_version = {_SCHEMA_VERSION}")
                 elif not connection.execute("PRAGMA user_version").fetchone()[0]:
                     # The first writer made the file and has not made the table yet (the

@@ -24,6 +24,7 @@ from sandbox_kernel.runner.capsules import (
     CapsuleSummary,
     capsule_row,
     one_capsule,
+    schema,
     summaries,
     wanted_id,
 )
@@ -34,20 +35,7 @@ if TYPE_CHECKING:
 
 __all__ = ["PostgresCapsules"]
 
-_SCHEMA: Final = """
-CREATE TABLE IF NOT EXISTS capsules (
-    id          TEXT PRIMARY KEY,
-    created_at  TEXT NOT NULL,
-    query_type  TEXT,
-    dataset_id  TEXT,
-    status      TEXT NOT NULL,
-    error_type  TEXT,
-    duration_ms DOUBLE PRECISION NOT NULL,
-    capsule     TEXT NOT NULL,
-    seq         BIGSERIAL
-);
-CREATE INDEX IF NOT EXISTS capsules_by_time ON capsules (created_at)
-"""
+_SCHEMA: Final = schema(real="DOUBLE PRECISION", order="seq         BIGSERIAL")
 _CONNECT_TIMEOUT_SECONDS: Final = 5
 _STATEMENT_TIMEOUT_MS: Final = 10_000
 
@@ -104,7 +92,7 @@ class PostgresCapsules(Capsules):
         with self._schema_lock:
             # Two servers making the table at once: the second waits for the first's lock.
             connection.execute("SELECT pg_advisory_xact_lock(7311)")
-            for statement in _SCHEMA.split(";"):
+            for statement in _SCHEMA:
                 connection.execute(statement)
             self._schema_made = True
 

@@ -71,22 +71,39 @@ COMPARED = [
     Cell("%nosuchmagic"),  # a UsageError: one line on stderr, no error output
     Cell("%%nosuchcellmagic\nx = 1"),
     Cell("get_ipython().__class__.__mro__[-2].__name__"),
+    # The result comes before the figure the inline backend shows once the cell has run.
+    Cell("import matplotlib.pyplot as plt\nplt.plot([1, 2])", text=False),
+    Cell("plt.figure(figsize=(2, 2)); print('drawn'); 'the result'", text=False),
 ]
 
 
 def _summary(execution: Execution, text: bool) -> tuple[object, ...]:
-    """What a user sees of an execution, in a form two kernels can be compared by."""
+    """What a user sees of an execution, in a form two kernels can be compared by. Stream
+    messages in a row on one stream count as one, as a notebook joins them (ipykernel on a
+    busy machine may send `print`'s text and its newline apart)."""
     reply = execution.reply
-    kinds = [o.msg_type for o in execution.outputs if o.msg_type not in ("status", "execute_input")]
+    outputs = [o for o in execution.outputs if o.msg_type not in ("status", "execute_input")]
+    kinds: list[str] = []
     seen: list[str] = []
-    if text:
-        for output in execution.outputs:
+    previous = None
+    for output in outputs:
+        stream = output.content["name"] if output.msg_type == "stream" else None
+        joined = stream is not None and stream == previous
+        previous = stream
+        if joined:
+            if text:
+                seen[-1] += output.content["text"]
+            continue
+        kinds.append(output.msg_type)
+        if text:
             if output.msg_type == "stream":
                 seen.append(f"{output.content['name']}:{output.content['text']}")
             elif output.msg_type in ("execute_result", "display_data"):
                 seen.append(str(output.content["data"].get("text/plain", "")))
             elif output.msg_type == "error":
                 seen.append(f"{output.content['ename']}: {output.content['evalue']}")
+            else:
+                seen.append("")
     return reply["status"], reply.get("ename"), kinds, seen
 
 

@@ -23,3 +23,16 @@ def test_pandas_reprs_are_ipykernels(kernel: RunningKernel, ipykernel: RunningKe
         if ours != theirs:
             differences.append(f"{cell!r}:\n  sandbox:   {ours!r}\n  ipykernel: {theirs!r}")
     assert not differences, "\n".join(differences)
+
+
+def test_a_multiindex_table_passes_the_firewall_whole(kernel: RunningKernel) -> None:
+    """pandas writes `halign` on a MultiIndex's header cells: a presentational word the
+    firewall keeps, so such a table comes without a removal note (18 cells of one course
+    printed one)."""
+    cell = (
+        "import pandas as pd\n"
+        "pd.DataFrame([[1, 2]], columns=pd.MultiIndex.from_tuples([('a', 'x'), ('a', 'y')]))"
+    )
+    done = kernel.run_ok(cell)
+    assert 'halign="left"' in done.of_type("execute_result")[0].content["data"]["text/html"]
+    assert done.stream("stderr") == ""

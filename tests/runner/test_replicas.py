@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -92,6 +92,19 @@ def chats_during(url: str, n: int, clients: int, event: threading.Event) -> list
     return answers
 
 
+def under_load(proxy: str, n: int, clients: int, act: Callable[[], object]) -> list[dict[str, Any]]:
+    """`n` chats from `clients` clients through `proxy`; `act` once a quarter are answered."""
+    quarter = threading.Event()
+    results: list[list[dict[str, Any]]] = []
+    load = threading.Thread(target=lambda: results.append(chats_during(proxy, n, clients, quarter)))
+    load.start()
+    assert quarter.wait(120), "no chat was answered"
+    act()
+    load.join(timeout=300)
+    assert results and len(results[0]) == n, results
+    return results[0]
+
+
 def recorded(database: Postgres, run_ids: list[str]) -> dict[str, dict[str, Any]]:
     """The capsules of `run_ids` in the database, parsed whole (a half-written one fails)."""
     rows = database.query("SELECT id, status, capsule FROM capsules")
@@ -121,15 +134,8 @@ def test_a_replica_stopped_under_traffic_loses_no_chat_and_no_capsule(
     replicas: tuple[str, list[Server], Serving], database: Postgres
 ) -> None:
     proxy, servers, _ = replicas
-    quarter = threading.Event()
-    results: list[list[dict[str, Any]]] = []
-    load = threading.Thread(target=lambda: results.append(chats_during(proxy, 40, 4, quarter)))
-    load.start()
-    assert quarter.wait(120), "no chat was answered"
-    servers[0].process.terminate()  # as an orchestrator stops a replica: SIGTERM, then drain
-    load.join(timeout=300)
-    answers = results[0]
-    assert len(answers) == 40
+    # As an orchestrator stops a replica: SIGTERM, then it drains.
+    answers = under_load(proxy, 40, 4, servers[0].process.terminate)
     failed = [a for a in answers if (a.get("result") or {}).get("status") != "success"]
     assert not failed, failed
     # uvicorn drains, then ends by the signal it was sent (it raises it again once done).
@@ -145,15 +151,8 @@ def test_the_database_restarted_mid_run_loses_no_capsule(
     replicas: tuple[str, list[Server], Serving], database: Postgres
 ) -> None:
     proxy, _, _ = replicas
-    quarter = threading.Event()
-    results: list[list[dict[str, Any]]] = []
-    load = threading.Thread(target=lambda: results.append(chats_during(proxy, 24, 2, quarter)))
-    load.start()
-    assert quarter.wait(120), "no chat was answered"
-    database.restart(pause=2.0)  # every connection cut; writes meanwhile wait and try again
-    load.join(timeout=300)
-    answers = results[0]
-    assert len(answers) == 24
+    # Every connection cut; writes meanwhile wait and try again.
+    answers = under_load(proxy, 24, 2, lambda: database.restart(pause=2.0))
     assert all(a["result"]["status"] == "success" for a in answers), answers
     run_ids = [a["result"]["run_id"] for a in answers]
     assert all(run_ids), "a run was answered without its capsule"
@@ -168,15 +167,7 @@ def test_a_replica_killed_under_traffic_leaves_only_its_own_chats_unanswered(
     other replica; a run that had reached the killed replica's worker is still recorded whole
     (the worker finishes it, then ends with its server), and no capsule is half-written."""
     proxy, servers, _ = replicas
-    quarter = threading.Event()
-    results: list[list[dict[str, Any]]] = []
-    load = threading.Thread(target=lambda: results.append(chats_during(proxy, 40, 4, quarter)))
-    load.start()
-    assert quarter.wait(120), "no chat was answered"
-    servers[0].process.kill()
-    load.join(timeout=300)
-    answers = results[0]
-    assert len(answers) == 40
+    answers = under_load(proxy, 40, 4, servers[0].process.kill)
     answered = [a for a in answers if "result" in a]
     # A chat the killed replica had begun answering is cut; one it had taken but not begun
     # answering gets nginx's 502 (a POST is never sent to a second replica).
