@@ -14,8 +14,10 @@ are left out; sandbox failures are sorted by cause, and those that need what the
 never grants (the network, processes, threads) are counted apart, as the issue's target says.
 
 Text output: the cell's streams, its text/plain results and displays, as a user reads them;
-memory addresses, %timeit's and %time's figures and tqdm's rates are masked before comparing
-(they differ between two runs of the same kernel). Time: each cell's reply, both kernels on
+memory addresses, %timeit's and %time's figures, tqdm's rates, process ids and library paths
+are masked before comparing, and cells whose text differs between two runs of ipykernel
+itself (unseeded random numbers, clocks) are left out of the comparison: ipykernel runs each
+notebook twice. Time: each cell's reply, both kernels on
 the same machine one after the other; whole-notebook ratio and the median and 90th percentile
 of per-cell ratios (cells over 10 ms on ipykernel).
 """
@@ -63,6 +65,7 @@ class CellRun:
     seconds_sandbox: float
     text_baseline: str = ""
     text_sandbox: str = ""
+    steady: bool = True  # ipykernel printed the same text in a second run (no randomness)
 
 
 # What differs between two runs of one kernel: masked before text is compared.
@@ -70,6 +73,8 @@ _MASKS = (
     (re.compile(r"0x[0-9a-fA-F]{6,}"), "0x?"),
     (re.compile(r"[\d.]+ [nµμmu]?s ± [\d.]+ [nµμmu]?s per loop.*"), "<timeit>"),
     (re.compile(r"ipykernel_\d+"), "ipykernel_?"),  # a warning's cell file: the process id
+    # Where a library is installed (a warning's file): the environment's, not the kernel's.
+    (re.compile(r"\S*/(site-packages|python3\d+\.zip)/"), "<lib>/"),
     (re.compile(r"^Time: +\d\d:\d\d:\d\d", re.M), "Time: <clock>"),  # statsmodels' summary
     (re.compile(r"(CPU times|Wall time):.*"), r"\1: <time>"),
     (re.compile(r"\d+(\.\d+)?(it/s|s/it)"), "<rate>"),
@@ -128,14 +133,15 @@ def run_notebook(path: Path) -> list[CellRun]:
     runs: list[CellRun] = []
     with tempfile.TemporaryDirectory(prefix="notebook-compat-") as temp:
         outcomes: dict[str, list[tuple[str, float, str]]] = {}
-        for name in ("sandbox-baseline", "sandbox-python"):
-            folder = Path(temp) / f"{name}-notebook"  # a copy each: writes never cross
+        for run in ("sandbox-baseline", "sandbox-python", "again"):
+            name = "sandbox-baseline" if run == "again" else run
+            folder = Path(temp) / f"{run}-notebook"  # a copy each: writes never cross
             shutil.copytree(path.parent, folder, ignore=shutil.ignore_patterns("*.ipynb"))
-            scratch = Path(temp) / name
+            scratch = Path(temp) / run
             scratch.mkdir()
             km, kc = _kernel(name, folder, scratch)
             try:
-                outcomes[name] = [_run(kc, cell.source) for cell in cells]
+                outcomes[run] = [_run(kc, cell.source) for cell in cells]
             finally:
                 kc.stop_channels()
                 km.shutdown_kernel(now=True)
@@ -144,11 +150,13 @@ def run_notebook(path: Path) -> list[CellRun]:
                 outcomes["sandbox-baseline"][index],
                 outcomes["sandbox-python"][index],
             )
+            steady = outcomes["again"][index][2] == base_text  # ipykernel prints it twice alike
             runs.append(
                 CellRun(
-                    path.name, index, cell.source, base, ours, base_s, ours_s, base_text, our_text
+                    path.name, index, cell.source, base, ours, base_s, ours_s, base_text, our_text,
+                    steady,
                 )
-            )
+            )  # fmt: skip
     return runs
 
 
@@ -167,7 +175,7 @@ def report(runs: list[CellRun]) -> dict[str, Any]:
     excluded = [r for r in failing if _cause(r.sandbox) in ("processes", "network", "threads")]
     target = len(counted) - len(excluded)
     passed = len(counted) - len(failing)
-    both = [r for r in counted if r.sandbox == "ok"]
+    both = [r for r in counted if r.sandbox == "ok" and r.steady]
     same_text = [r for r in both if not _differs(r)]
     timed = [r for r in runs if r.seconds_baseline >= 0.01 and r.seconds_sandbox > 0]
     ratios = sorted(r.seconds_sandbox / r.seconds_baseline for r in timed)
@@ -181,6 +189,7 @@ def report(runs: list[CellRun]) -> dict[str, Any]:
         "excluded_network_processes_threads": len(excluded),
         "fraction_of_target": passed / target if target else 1.0,
         "failures_by_cause": dict(Counter(_cause(r.sandbox) for r in failing).most_common()),
+        "unsteady_on_ipykernel": len([r for r in counted if not r.steady]),
         "same_text": len(same_text),
         "fraction_same_text": len(same_text) / len(both) if both else 1.0,
         "seconds_ipykernel": round(base_total, 1),
@@ -205,7 +214,7 @@ def main() -> None:
         found = run_notebook(path)
         runs += found
         bad = [r for r in found if r.baseline == "ok" and r.sandbox != "ok"]
-        differ = [r for r in found if r.baseline == r.sandbox == "ok" and _differs(r)]
+        differ = [r for r in found if r.baseline == r.sandbox == "ok" and r.steady and _differs(r)]
         print(
             f"{path.name}: {len(found)} cells, {len(bad)} fail only here, "
             f"{len(differ)} print other text",

@@ -13,6 +13,7 @@ import only the standard library; never imports sandbox_kernel.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import shutil
@@ -149,12 +150,13 @@ def _wc(args: list[str], stdin: str | None) -> str:
 
 
 def _ls(args: list[str], stdin: str | None, tty: bool = False) -> str:
-    options, operands = _options(args, "al1hRtr")
+    options, operands = _options(args, "al1hRtrd")
     files, folders = [], []
     for name in operands or ["."]:
         if not os.path.lexists(name):
             raise Usage(f"cannot access '{name}': No such file or directory", 2)
-        (folders if os.path.isdir(name) and not os.path.islink(name) else files).append(name)
+        listed = os.path.isdir(name) and not os.path.islink(name) and "d" not in options
+        (folders if listed else files).append(name)
     columns = tty and "1" not in options and "l" not in options
     out = [_listing(sorted(files), ".", options, whole=True, columns=columns)] if files else []
     for name in sorted(folders):
@@ -187,14 +189,36 @@ def _listing(
     for name in names:
         info = os.lstat(name if whole else os.path.join(folder, name))
         stamp = time.strftime("%b %e %H:%M", time.localtime(info.st_mtime))
-        rows.append((stat.filemode(info.st_mode), info.st_nlink, info.st_size, stamp, name))
-    size_width = max((len(str(r[2])) for r in rows), default=1)
+        size = _human(info.st_size) if "h" in options else str(info.st_size)
+        rows.append((_mode(info.st_mode), info.st_nlink, size, stamp, name))
+    size_width = max((len(r[2]) for r in rows), default=1)
     total = sum((os.lstat(os.path.join(folder, n)).st_blocks or 0) // 2 for n in names)
     body = "".join(
         f"{mode} {links} user user {size:>{size_width}} {stamp} {name}\n"
         for mode, links, size, stamp, name in rows
     )
     return body if whole else f"total {total}\n{body}"
+
+
+def _mode(mode: int) -> str:
+    """ls's mode column. WASI reports no permission bits: a file is shown as a umask of 022
+    makes it (-rw-r--r--, drwxr-xr-x), not as "----------"."""
+    if not mode & 0o777:
+        mode |= 0o755 if stat.S_ISDIR(mode) else 0o644
+    return stat.filemode(mode)
+
+
+def _human(size: int) -> str:
+    """ls -h's size: powers of 1024, rounded up, one decimal below 10 (1.5K, 38K, 2.0M)."""
+    if size < 1024:
+        return str(size)
+    value = float(size)
+    for unit in "KMGTPE":
+        value /= 1024
+        if value < 1024 or unit == "E":
+            tenths = math.ceil(value * 10) / 10
+            return f"{tenths:.1f}{unit}" if tenths < 10 else f"{math.ceil(value):d}{unit}"
+    return str(size)
 
 
 def _in_columns(names: list[str], line_length: int = _TERMINAL_COLUMNS) -> str:

@@ -94,3 +94,20 @@ def test_shell_lines_stay_inside_the_workspace(kernel: RunningKernel) -> None:
     execution = kernel.run_ok("!cat /etc/passwd\n!ls /\nprint(_exit_code)")
     assert "root:" not in execution.stream()
     assert "cat: /etc/passwd: No such file or directory" in execution.stream()
+
+
+def test_a_long_listing_shows_modes_and_sizes_as_coreutils(
+    both: tuple[RunningKernel, RunningKernel],
+) -> None:
+    """`!ls -l` and `!ls -lh`: the mode, links, size and name columns as GNU ls prints them
+    (WASI has no permission bits: a file reads as a umask of 022 makes it, not "----------";
+    -h sizes as 1.5K, 38K). The owner and the minute may differ: the guest has no users."""
+    ours, theirs = both
+    for code in ("!ls -l data/ex1.csv", "!ls -lh data/ex1.csv data/sub", "!ls -ld data/sub"):
+        mine, real = (_columns(_shown(kernel, code)[0]) for kernel in (ours, theirs))
+        assert mine == real, f"{code}:\n  sandbox:   {mine}\n  ipykernel: {real}"
+
+
+def _columns(listing: str) -> list[tuple[str, ...]]:
+    rows = [line.split() for line in listing.splitlines() if line and ":" in line]
+    return [(row[0], row[1], row[4], row[-1]) for row in rows if len(row) >= 8]
