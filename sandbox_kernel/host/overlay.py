@@ -272,9 +272,8 @@ def prepare_overlay(real: Path, exclude: tuple[Path, ...] = ()) -> Overlay:
     state = _private_folder(real / STATE_FOLDER)
     layer = _private_folder(layer_of(real))
     record_path = state / "state.json"
-    before = _read_record(record_path)
+    sync = _Sync(real, layer, _read_record(record_path))
     overlay = Overlay(layer, frozenset())
-    linked: dict[str, tuple[int, int]] = {}
     shared: set[int] = set()
     skipped = 0
     left_out = {
@@ -283,97 +282,95 @@ def prepare_overlay(real: Path, exclude: tuple[Path, ...] = ()) -> Overlay:
     overlay.real, overlay.exclude = real, exclude
     overlay.watched[real] = os.stat(real).st_mtime_ns
     for relative, st in _shown_files(real, overlay.notes, left_out):
-        target = layer / relative
         if stat.S_ISDIR(st.st_mode):  # an empty folder is shown too (`output/`, to write in)
             overlay.watched[real / relative] = st.st_mtime_ns
-            skipped += not _show_folder(target, relative, st, before, linked)
-        elif not _show_file(real, target, relative, st, before, linked):
+            skipped += not sync.show_folder(relative, st)
+        elif not sync.show_file(relative, st):
             skipped += 1
-        elif linked.get(relative) == (st.st_dev, st.st_ino):
+        elif sync.linked.get(relative) == (st.st_dev, st.st_ino):
             shared.add(wasi_inode(st))
-    _remove_gone(layer, before)
+    sync.remove_gone()
     if skipped:
         overlay.notes.append(
             f"{skipped} files could not be linked (another file system, or not yours)"
         )
-    _write_record(record_path, linked)
+    _write_record(record_path, sync.linked)
     overlay.shared = frozenset(shared)
     return overlay
 
 
-def _show_file(
-    real: Path,
-    target: Path,
-    relative: str,
-    st: os.stat_result,
-    before: dict[str, tuple[int, int]],
-    linked: dict[str, tuple[int, int]],
-) -> bool:
-    """Link the user's file `relative` into the layer, unless the guest deleted it since the
-    last start or has a file of its own by that name; False when it cannot be linked."""
-    previous, current = before.pop(relative, None), _in_layer(target)
-    if current is None and previous is not None:
-        linked[relative] = previous  # the guest deleted it: it stays deleted
+@dataclass
+class _Sync:
+    """One bringing-up-to-date of the layer: what the last start linked (`before`, taken off
+    as the folder's entries are seen; what is left there is gone from the folder) and what
+    this one links (`linked`, the new record; a folder's key ends in "/")."""
+
+    real: Path
+    layer: Path
+    before: dict[str, tuple[int, int]]
+    linked: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+    def _seen(
+        self, key: str, relative: str
+    ) -> tuple[tuple[int, int] | None, os.stat_result | None]:
+        """(what the last start recorded for `key`, what the layer holds at `relative`)."""
+        previous = self.before.pop(key, None)
+        try:
+            return previous, os.lstat(self.layer / relative)
+        except FileNotFoundError:
+            return previous, None
+
+    def show_file(self, relative: str, st: os.stat_result) -> bool:
+        """Link the user's file into the layer, unless the guest deleted it since the last
+        start or has a file of its own by that name; False when it cannot be linked."""
+        previous, current = self._seen(relative, relative)
+        target = self.layer / relative
+        if current is None and previous is not None:
+            self.linked[relative] = previous  # the guest deleted it: it stays deleted
+            return True
+        if current is not None and (current.st_dev, current.st_ino) != (st.st_dev, st.st_ino):
+            if previous is None or (current.st_dev, current.st_ino) != previous:
+                return True  # the guest's own file by that name: it wins
+            target.unlink()  # the user replaced the file: link the new one
+        if current is None or not os.path.samestat(current, st):
+            try:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                os.link(self.real / relative, target, follow_symlinks=False)
+            except OSError:
+                return False
+        self.linked[relative] = (st.st_dev, st.st_ino)
         return True
-    if current is not None and (current.st_dev, current.st_ino) != (st.st_dev, st.st_ino):
-        if previous is None or (current.st_dev, current.st_ino) != previous:
+
+    def show_folder(self, relative: str, st: os.stat_result) -> bool:
+        """Make the folder in the layer, unless the guest removed it since the last start or
+        put a file of its own by that name; False when it cannot be made."""
+        key = f"{relative}/"
+        previous, current = self._seen(key, relative)
+        if current is None and previous is not None:
+            self.linked[key] = previous  # the guest removed it: it stays removed
+            return True
+        if current is None:
+            try:
+                (self.layer / relative).mkdir(parents=True)
+            except OSError:
+                return False
+        elif not stat.S_ISDIR(current.st_mode):
             return True  # the guest's own file by that name: it wins
-        target.unlink()  # the user replaced the file: link the new one
-    if current is None or not os.path.samestat(current, st):
-        try:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            os.link(real / relative, target, follow_symlinks=False)
-        except OSError:
-            return False
-    linked[relative] = (st.st_dev, st.st_ino)
-    return True
-
-
-def _in_layer(target: Path) -> os.stat_result | None:
-    try:
-        return os.lstat(target)
-    except FileNotFoundError:
-        return None
-
-
-def _remove_gone(layer: Path, gone: dict[str, tuple[int, int]]) -> None:
-    """Remove from the layer what the user removed from the folder: a link that is still the
-    user's file, a folder the guest left empty (the deepest first)."""
-    for relative in sorted(gone, key=len, reverse=True):
-        target = layer / relative
-        with contextlib.suppress(OSError):
-            if relative.endswith("/"):
-                target.rmdir()  # only if empty: what the guest put there stays
-                continue
-            current = os.lstat(target)
-            if (current.st_dev, current.st_ino) == gone[relative]:
-                target.unlink()
-
-
-def _show_folder(
-    target: Path,
-    relative: str,
-    st: os.stat_result,
-    before: dict[str, tuple[int, int]],
-    linked: dict[str, tuple[int, int]],
-) -> bool:
-    """Make the folder `relative` in the layer (recorded with a trailing "/"), unless the
-    guest removed it since the last start or put a file of its own by that name; False when
-    it cannot be made."""
-    key = f"{relative}/"
-    previous, current = before.pop(key, None), _in_layer(target)
-    if current is None and previous is not None:
-        linked[key] = previous  # the guest removed it: it stays removed
+        self.linked[key] = (st.st_dev, st.st_ino)
         return True
-    if current is None:
-        try:
-            target.mkdir(parents=True)
-        except OSError:
-            return False
-    elif not stat.S_ISDIR(current.st_mode):
-        return True  # the guest's own file by that name: it wins
-    linked[key] = (st.st_dev, st.st_ino)
-    return True
+
+    def remove_gone(self) -> None:
+        """Remove from the layer what the user removed from the folder: a link that is still
+        the user's file, a folder the guest left empty (the deepest first)."""
+        for relative in sorted(self.before, key=len, reverse=True):
+            target = self.layer / relative
+            with contextlib.suppress(OSError):
+                if relative.endswith("/"):
+                    target.rmdir()  # only if empty: what the guest put there stays
+                    continue
+                current = os.lstat(target)
+                if (current.st_dev, current.st_ino) == self.before[relative]:
+                    target.unlink()
 
 
 def _private_folder(folder: Path) -> Path:
