@@ -30,7 +30,7 @@ FOREVER = "PYTHON: while True:\n    pass"
 def server(tmp_path: Path) -> Iterator[Server]:
     serving = Serving(tmp_path)
     try:
-        yield serving.start("--workers", "1", "--timeout", "4", name="workers")
+        yield serving.start("--workers", "1", "--timeout", "3", name="workers")
     finally:
         serving.stop()
 
@@ -147,7 +147,7 @@ def test_guest_output_cannot_speak_the_worker_protocol(server: Server) -> None:
 
 def test_a_server_stopped_mid_run_leaves_no_worker_behind(tmp_path: Path) -> None:
     serving = Serving(tmp_path)
-    server = serving.start("--workers", "2", "--timeout", "30", name="stopping")
+    server = serving.start("--workers", "2", "--timeout", "3", name="stopping")
     pids = workers_of(server)
     assert len(pids) == 2
     started = threading.Event()
