@@ -141,13 +141,12 @@ class SandboxRun:
     def _config(self, *, warm: bool) -> REPLConfig:
         setup = None
         if warm:
-            started = time.perf_counter()
             try:
-                data = self.policy.guest_data_path
-                setup = dataset_setup(self.dataset, self._warm_tables, data)
+                with self._timed("digest"):
+                    data = self.policy.guest_data_path
+                    setup = dataset_setup(self.dataset, self._warm_tables, data)
             except OSError as exc:  # the load step will say what cannot be read
                 logger.info("dataset %s: no warm image (%s)", self.dataset.id, exc)
-            self.timings["digest"] = round((time.perf_counter() - started) * 1000, 3)
         return REPLConfig(
             policy=self.policy,
             workspace=self.workspace,
