@@ -36,7 +36,7 @@ def cache_dir() -> Path:
     return root
 
 
-def write_atomically(target: Path, data: bytes | bytearray | mmap.mmap) -> None:
+def write_atomically(target: Path, data: bytes | bytearray | mmap.mmap | memoryview) -> None:
     """Write a cache file whole or not at all (a temporary file renamed over the name), in
     a private folder made if needed."""
     target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)

@@ -40,6 +40,7 @@ __all__ = [
 
 _MARKED_RUNS = 1 << 16  # runs ImageFile.mark remembers as marked, at most
 _MAP_FIXED = 0x10  # <sys/mman.h> on Linux; the mmap module does not export it
+_MAP_NORESERVE = 0x4000 if sys.platform == "linux" else 0  # exported from Python 3.13 only
 _PAGE_SHIFT = PAGE_SIZE.bit_length() - 1
 
 
@@ -121,14 +122,41 @@ class MemoryImage:
     flag_address: int | None  # the soft-interrupt flag byte, where the driver put it
     files: tuple[SavedFile, ...] = ()  # the guest's open files then (descriptors.py)
     origin: ImageFile | None = None
+    # The memory's bytes: data's first `size`. A buffer from image_buffer may be longer, room
+    # for the memory to grow into, and is zero past `size` (the captures keep it so).
+    size: int = -1
+
+    def __post_init__(self) -> None:
+        if self.size < 0:
+            object.__setattr__(self, "size", len(self.data))
+        elif self.size > len(self.data):
+            raise ValueError(f"an image of {self.size} bytes in a buffer of {len(self.data)}")
+
+    @property
+    def room(self) -> int:
+        """How far the memory may grow and the image still be patched in place: the length of
+        its writable buffer (a file's own mapping has none past the file)."""
+        return len(self.data) if isinstance(self.data, mmap.mmap) else self.size
+
+    def memory(self) -> memoryview:
+        """The memory's bytes (a view of the buffer's first `size`)."""
+        return memoryview(self.data)[: self.size]
 
 
-def image_buffer(size: int) -> mmap.mmap:
+def image_buffer(size: int, room: int = 0) -> mmap.mmap:
     """A writable buffer for a memory image: anonymous memory the kernel hands out zeroed and
     page by page, so nothing fills it under the GIL (a bytearray of 66 MB is set to zero while
-    holding it, 30 ms that stalled every other thread of a starting kernel)."""
+    holding it, 30 ms that stalled every other thread of a starting kernel).
+
+    `room`: its length when more than `size`, so that the memory can grow and its image stay
+    the same buffer, patched with the pages written (a grown memory's new buffer had every
+    page copied and faulted in again: 150 ms for a 300 MB memory after each cell that grew
+    it). The room costs address space only (MAP_NORESERVE): no page exists until written."""
+    length = max(size, room)
     flags = getattr(mmap, "MAP_PRIVATE", 0) | getattr(mmap, "MAP_ANONYMOUS", 0)
-    return mmap.mmap(-1, size, flags=flags) if flags else mmap.mmap(-1, size)
+    if not flags:
+        return mmap.mmap(-1, length)
+    return mmap.mmap(-1, length, flags=flags | _MAP_NORESERVE)
 
 
 @functools.cache

@@ -366,9 +366,10 @@ class GuestSession:
 
         `into` is an image no longer needed: when it is the one this session last captured or
         restored and the host watches writes, only the pages written since are copied into it
-        (it is updated in place, and returned); otherwise the whole memory is copied, into its
-        buffer when the size matches (copying 66 MB into a fresh buffer costs 20-40 ms of page
-        faults, into a reused one 3-6 ms)."""
+        (it is updated in place, and returned; a memory grown since is patched the same way
+        while its buffer has room); otherwise the whole memory is copied, into its buffer when
+        it has room (copying 66 MB into a fresh buffer costs 20-40 ms of page faults, into a
+        reused one 3-6 ms). New buffers have room for the memory's limit."""
         if self._in_turn.is_set():
             raise RuntimeError("capture() while a turn runs")
         size = self.memory_bytes()
@@ -379,11 +380,12 @@ class GuestSession:
             and isinstance(into.data, mmap.mmap)
             and watch is not None
             and watch.start == self._base
+            and into.size <= size
         ):
             try:
                 runs = watch.written(self._base + size, protect=False)
-                if len(into.data) == size:
-                    image = self._patch(into, runs)
+                if size <= into.room:  # the buffer is zero past the image: the runs suffice
+                    image = self._patch(into, runs, size)
                     if self._all_protected:
                         self._footprint = self.last_capture_bytes
                     self._all_protected = False
@@ -397,13 +399,19 @@ class GuestSession:
             except (OSError, ValueError):
                 self._unwatch()  # cannot tell what changed: copy it all, unwatched from now on
         buffer = into.data if into is not None else None
-        if not isinstance(buffer, mmap.mmap) or len(buffer) != size:
-            buffer = image_buffer(size)
+        if not (
+            isinstance(buffer, mmap.mmap) and into is not None and into.size <= size <= len(buffer)
+        ):
+            buffer = image_buffer(size, self._room())
         self._rewatch(size)  # before the copy: every write from here on is seen
         with address_of(buffer) as address:
             ctypes.memmove(address, self._base, size)
         self.last_capture_bytes = size
-        return self._rebase(MemoryImage(buffer, self.flag_address, self._open_files()))
+        return self._rebase(MemoryImage(buffer, self.flag_address, self._open_files(), size=size))
+
+    def _room(self) -> int:
+        """The most a buffer for this session's images needs: its memory's limit, in pages."""
+        return (self.config.memory_bytes + PAGE_SIZE - 1) // PAGE_SIZE * PAGE_SIZE
 
     def _grown(
         self, origin: ImageFile, runs: list[tuple[int, int]], size: int
@@ -411,8 +419,9 @@ class GuestSession:
         """The image of a memory that grew past its image's buffer: a new buffer with the file
         mapped over its start again (shared), then copied into it the pages that may differ
         from the file (those the image had patched and those written since) and all the memory
-        past the file. None when the file cannot be mapped (the caller copies everything)."""
-        buffer = image_buffer(size)
+        past the file. None when the file cannot be mapped (the caller copies everything).
+        The new buffer has room for the memory's limit: later growth patches it in place."""
+        buffer = image_buffer(size, self._room())
         with address_of(buffer) as address:
             if not origin.map_over(address):
                 return None
@@ -426,23 +435,25 @@ class GuestSession:
             copied += copy_changed(address + origin.size, self._base + origin.size, tail)
         self.last_capture_bytes = copied
         files = self._open_files()
-        return self._rebase(MemoryImage(buffer, self.flag_address, files, origin))
+        return self._rebase(MemoryImage(buffer, self.flag_address, files, origin, size=size))
 
-    def _patch(self, image: MemoryImage, runs: list[tuple[int, int]]) -> MemoryImage:
-        """Copy the written `runs` into `image`'s buffer."""
+    def _patch(self, image: MemoryImage, runs: list[tuple[int, int]], size: int) -> MemoryImage:
+        """Copy the written `runs` into `image`'s buffer, which holds the memory's `size`
+        bytes from now on (its room past the old size was zero, as is the memory's past what
+        was written there)."""
         buffer = image.data
         assert isinstance(buffer, mmap.mmap)
         if image.origin is not None:
             image.origin.mark(runs)
         copied = 0
-        with memory_view(self._base, len(buffer)) as memory, memoryview(buffer) as target:
+        with memory_view(self._base, size) as memory, memoryview(buffer) as target:
             for offset, length in runs:  # slice copies: half the time of ctypes.memmove calls
                 end = offset + length
                 target[offset:end] = memory[offset:end]
                 copied += length
         self.last_capture_bytes = copied
         files = self._open_files()
-        return self._rebase(MemoryImage(buffer, self.flag_address, files, image.origin))
+        return self._rebase(MemoryImage(buffer, self.flag_address, files, image.origin, size=size))
 
     def _open_files(self) -> tuple[SavedFile, ...]:
         return saved_files(self._guard, self._store) if self._store is not None else ()
@@ -482,7 +493,7 @@ class GuestSession:
         later capture patches."""
         self._fresh_instance()
         store, memory = self._live()
-        pages = (len(image.data) + 65535) // 65536
+        pages = (image.size + 65535) // 65536
         grow = pages - int(memory.size(store))
         if grow > 0:
             memory.grow(store, grow)
@@ -491,19 +502,19 @@ class GuestSession:
         if (
             isinstance(source, mmap.mmap)
             and origin is not None
-            and origin.size <= len(source)
+            and origin.size <= image.size
             and origin.map_over(self._base)
         ):
             with address_of(source) as address:  # the file's pages shared, the patched copied
                 for offset, length in origin.changed_runs():
                     ctypes.memmove(self._base + offset, address + offset, length)
-                tail = len(source) - origin.size  # a memory grown past the file
+                tail = image.size - origin.size  # a memory grown past the file
                 copy_changed(self._base + origin.size, address + origin.size, tail)
         elif isinstance(source, mmap.mmap):
             with address_of(source) as address:
-                copy_changed(self._base, address, len(source))
+                copy_changed(self._base, address, image.size)
         else:
-            ctypes.memmove(self._base, source, len(source))
+            ctypes.memmove(self._base, source, image.size)
         self.flag_address = image.flag_address
         store, _ = self._live()
         reopen(self._guard, store, image.files)  # what the memory refers to by number

@@ -179,7 +179,7 @@ class ReplSandbox(GuestCalls, BridgedSession):
 
     def _restored(self, saved: MemoryImage | None) -> bool:
         """Start from `saved` when there is one and it fits the policy's memory."""
-        if saved is None or len(saved.data) > self.config.policy.memory_bytes:
+        if saved is None or saved.size > self.config.policy.memory_bytes:
             return False
         self._session_or_fail().restore(saved)
         self._image = saved  # the session's memory now: later captures patch it

@@ -115,14 +115,15 @@ def save(
     With a `label` (a family of images, such as one dataset's), the family's other images are
     removed: only the newest is kept on disk."""
     captured = session.capture()
+    memory = captured.memory()
     data_path, meta_path = _paths(image, driver, modules, layout, label)
     data_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     meta = {
-        "sha256": hashlib.sha256(captured.data).hexdigest(),
+        "sha256": hashlib.sha256(memory).hexdigest(),
         "flag_address": captured.flag_address,
         "modules": list(modules),
     }
-    write_atomically(data_path, captured.data)
+    write_atomically(data_path, memory)
     write_atomically(meta_path, json.dumps(meta).encode())
     if label:  # a session mapping an older one keeps its pages until it ends
         for older in data_path.parent.glob(f"{_label_prefix(label)}*"):

@@ -102,7 +102,7 @@ def test_a_rollback_from_a_warm_start_is_the_image_byte_for_byte(
             repl._join_capture()
             saved = repl._image
             assert saved is not None and saved.origin is not None
-            expected = saved.data[:]
+            expected = saved.memory().tobytes()
             stopped = stop(repl, f"{rewrite}\nkept['n'] = -1\nwhile True: pass")
             assert stopped.status is ExecutionStatus.TIMEOUT and stopped.rolled_back
             assert memory_now(repl) == expected, f"the rollback after {rewrite!r} differs"

@@ -81,7 +81,9 @@ def test_a_patched_image_is_the_memory_after_every_turn(session: GuestSession) -
         size = session.memory_bytes()
         image = session.capture(into=image)
         patched += session.last_capture_bytes < size
-        assert image.data[:] == memory_now(session), f"the image differs after {source!r}"
+        assert image.memory().tobytes() == memory_now(session), (
+            f"the image differs after {source!r}"
+        )
     if session.watching:  # only pages written were copied, most of the time
         assert patched >= len(TURNS) - 2
 
@@ -93,19 +95,46 @@ def test_a_restored_image_is_patched_from_then_on(session: GuestSession) -> None
     session.restore(image)  # the rollback: a fresh instance holding the image
     turn(session, "assert kept[-1] == 999 and 'lost' not in globals(), kept[-1]")
     image = session.capture(into=image)
-    assert image.data[:] == memory_now(session)
+    assert image.memory().tobytes() == memory_now(session)
     turn(session, "kept.append('after')")
     image = session.capture(into=image)
-    assert image.data[:] == memory_now(session)
+    assert image.memory().tobytes() == memory_now(session)
+
+
+def test_a_grown_memory_is_patched_in_its_image_buffer(session: GuestSession) -> None:
+    """A memory that grows stays in its image's buffer (room for the memory's limit): only
+    the pages written are copied, and the rollback restores it whole. A new buffer for each
+    growth had every page copied and faulted in again (150 ms for a 300 MB memory, after
+    every cell that grew it)."""
+    image = session.capture()
+    if not session.watching:
+        pytest.skip("this host cannot watch writes: every capture is a whole copy")
+    assert len(image.data) == MEMORY_BYTES and image.size == session.memory_bytes()
+    turn(session, "big = bytearray(120_000_000)\nbig[::999_983] = b'w' * len(big[::999_983])")
+    size = session.memory_bytes()
+    assert size > image.size + 100_000_000
+    grown = session.capture(into=image)
+    assert grown.data is image.data and grown.size == size
+    growth = size - image.size  # written by the guest's calloc; the rest mostly was not
+    assert session.last_capture_bytes < growth + (16 << 20), "only the written pages are copied"
+    assert grown.memory().tobytes() == memory_now(session)
+    expected = grown.memory().tobytes()
+    turn(session, "big[::7] = b'x' * len(big[::7]); del big")
+    session.restore(grown)  # the rollback
+    assert memory_now(session) == expected
+    turn(session, "assert big[999_983] == ord('w') and big[7] == 0 and len(big) == 120_000_000")
+    again = session.capture(into=grown)  # patched in place from then on
+    assert again.data is image.data
+    assert again.memory().tobytes() == memory_now(session)
 
 
 def test_another_image_is_copied_whole(session: GuestSession) -> None:
     first = session.capture()
     turn(session, "y = 2")
-    stranger = MemoryImage(bytes(first.data), first.flag_address)  # not the session's own
+    stranger = MemoryImage(first.memory().tobytes(), first.flag_address)  # not the session's own
     image = session.capture(into=stranger)
     assert session.last_capture_bytes == session.memory_bytes()
-    assert image.data[:] == memory_now(session)
+    assert image.memory().tobytes() == memory_now(session)
 
 
 def test_without_a_write_watch_every_capture_is_whole(
@@ -120,7 +149,7 @@ def test_without_a_write_watch_every_capture_is_whole(
             image = session.capture(into=image)
             assert not session.watching
             assert session.last_capture_bytes == session.memory_bytes()
-            assert image.data[:] == memory_now(session)
+            assert image.memory().tobytes() == memory_now(session)
     finally:
         session.close()
 
@@ -136,7 +165,7 @@ def test_writable_pages_are_protected_again_past_the_limit(
     image = session.capture(into=image)  # copies what `z = 3` wrote, then protects it
     image = session.capture(into=image)  # nothing written since: nothing copied
     assert session.last_capture_bytes == 0
-    assert image.data[:] == memory_now(session)
+    assert image.memory().tobytes() == memory_now(session)
 
 
 def test_a_turn_past_the_floor_keeps_its_pages_writable_when_it_writes_them_every_time(
@@ -162,7 +191,7 @@ def test_a_turn_past_the_floor_keeps_its_pages_writable_when_it_writes_them_ever
     assert footprint * 6 // 10 < written <= footprint * 12 // 10, (footprint, written)
     image = session.capture(into=image)  # nothing written since, but its pages stayed writable
     assert session.last_capture_bytes >= written
-    assert image.data[:] == memory_now(session)
+    assert image.memory().tobytes() == memory_now(session)
 
 
 def _anonymous_kib(address: int) -> int:
@@ -210,7 +239,7 @@ def _file_image(session: GuestSession, folder: Path) -> MemoryImage:
     from sandbox_kernel.repl import warm
 
     path = folder / "image.mem"
-    path.write_bytes(session.capture().data[:])
+    path.write_bytes(session.capture().memory().tobytes())
     data, origin = warm._map_private(path)
     assert origin is not None, "this host maps files copy-on-write"
     return MemoryImage(data, session.flag_address, origin=origin)
@@ -226,14 +255,14 @@ def test_a_file_image_is_mapped_shared_and_patched_pages_copied(
     image = _file_image(session, tmp_path)
     assert image.origin is not None
     session.restore(image)
-    assert memory_now(session) == image.data[:]
+    assert memory_now(session) == image.memory().tobytes()
     assert _anonymous_kib(session._base) < 64, "the restored pages are the file's, shared"
 
     for source in TURNS[:5]:  # heap writes, a grown memory, a bytearray freed
         turn(session, source)
         image = session.capture(into=image)
     assert image.origin is None or sum(image.origin.changed) > 0
-    expected = image.data[:]
+    expected = image.memory().tobytes()
     turn(session, "kept.append('lost'); names = None; lost = bytearray(8_000_000)")
     session.restore(image)  # the rollback
     assert memory_now(session) == expected
@@ -252,20 +281,24 @@ def test_a_grown_memory_keeps_the_file_under_its_image(
     image = session.capture(into=image)
     turn(session, "big = bytearray(b'g' * 60_000_000)")
     grown = session.capture(into=image)
-    assert grown.origin is not None and len(grown.data) > grown.origin.size
-    assert grown.data[:] == memory_now(session)
+    assert grown.origin is not None and grown.size > grown.origin.size
+    assert grown.memory().tobytes() == memory_now(session)
     patched_kib = sum(grown.origin.changed) * 4  # what differs from the file: copied
     assert patched_kib * 1024 < grown.origin.size // 2
     with memory_image.address_of(grown.data) as address:
         assert _anonymous_kib(address) <= patched_kib, "the file's other pages are shared"
-    expected = grown.data[:]
+    expected = grown.memory().tobytes()
     turn(session, "del big; kept = None")
     session.restore(grown)  # the rollback
     assert memory_now(session) == expected
     assert _anonymous_kib(session._base) <= patched_kib, "the file's other pages are shared"
     turn(session, "assert kept == 'k' * 10_000 and len(big) == 60_000_000")
     again = session.capture(into=grown)  # patched in place from then on
-    assert again.data[:] == memory_now(session)
+    assert again.memory().tobytes() == memory_now(session)
+    turn(session, "more = bytearray(b'm' * 30_000_000)")  # grows again: the same buffer
+    more = session.capture(into=again)
+    assert more.data is grown.data and more.size == session.memory_bytes() > grown.size
+    assert more.memory().tobytes() == memory_now(session)
 
 
 def test_without_file_mappings_a_file_image_is_copied(
@@ -278,7 +311,7 @@ def test_without_file_mappings_a_file_image_is_copied(
     session.restore(image)
     turn(session, "kept = None")
     session.restore(image)
-    assert memory_now(session) == image.data[:]
+    assert memory_now(session) == image.memory().tobytes()
     turn(session, "assert kept == 'x' * 100_000")
 
 
