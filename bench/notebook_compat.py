@@ -19,7 +19,12 @@ are masked before comparing, and cells whose text differs between two runs of ip
 itself (unseeded random numbers, clocks) are left out of the comparison: ipykernel runs each
 notebook twice. Time: each cell's reply, both kernels on
 the same machine one after the other; whole-notebook ratio and the median and 90th percentile
-of per-cell ratios (cells over 10 ms on ipykernel).
+of per-cell ratios (cells over 10 ms on ipykernel). The ratio again without the %timeit cells,
+whose length is IPython's time budget more than the kernel's speed (in one course 5 such
+cells were 70% of ipykernel's time), and split into light cells (under 50 ms on ipykernel)
+and heavy ones.
+
+To re-read a saved run: `notebook_compat.py --report FILE.json`.
 """
 
 from __future__ import annotations
@@ -169,6 +174,31 @@ def _cause(outcome: str) -> str:
     return NEVER_GRANTED.get(name, name)
 
 
+_TIMEIT = re.compile(r"^\s*%%?timeit\b|[;=(]\s*%timeit\b", re.MULTILINE)
+LIGHT_SECONDS = 0.05  # a cell under this on ipykernel: the per-cell turn is most of its time
+
+
+def _self_timed(run: CellRun) -> bool:
+    """A %timeit cell runs its statement as many times as fills IPython's time budget (0.2 s
+    a run, 7 runs, loops in powers of ten): its length says little about the kernel's speed,
+    and a few such cells weigh as much as the whole rest of a notebook."""
+    return bool(_TIMEIT.search(run.source))
+
+
+def _ratio(runs: list[CellRun]) -> float | None:
+    base = sum(r.seconds_baseline for r in runs)
+    return round(sum(r.seconds_sandbox for r in runs) / base, 3) if base else None
+
+
+def _seconds(runs: list[CellRun]) -> dict[str, Any]:
+    return {
+        "cells": len(runs),
+        "seconds_ipykernel": round(sum(r.seconds_baseline for r in runs), 1),
+        "seconds_sandbox": round(sum(r.seconds_sandbox for r in runs), 1),
+        "ratio": _ratio(runs),
+    }
+
+
 def report(runs: list[CellRun]) -> dict[str, Any]:
     counted = [r for r in runs if r.baseline == "ok"]
     failing = [r for r in counted if r.sandbox != "ok"]
@@ -180,6 +210,7 @@ def report(runs: list[CellRun]) -> dict[str, Any]:
     timed = [r for r in runs if r.seconds_baseline >= 0.01 and r.seconds_sandbox > 0]
     ratios = sorted(r.seconds_sandbox / r.seconds_baseline for r in timed)
     base_total = sum(r.seconds_baseline for r in runs)
+    untimed = [r for r in runs if not _self_timed(r)]
     return {
         "notebooks": len({r.notebook for r in runs}),
         "cells": len(runs),
@@ -199,6 +230,11 @@ def report(runs: list[CellRun]) -> dict[str, Any]:
         else None,
         "cell_ratio_median": round(statistics.median(ratios), 3) if ratios else None,
         "cell_ratio_p90": round(ratios[int(0.9 * (len(ratios) - 1))], 3) if ratios else None,
+        # The same time without the %timeit cells, and split by weight on ipykernel.
+        "time_ratio_without_timeit": _ratio(untimed),
+        "timeit_cells": _seconds([r for r in runs if _self_timed(r)]),
+        "light_cells": _seconds([r for r in untimed if r.seconds_baseline < LIGHT_SECONDS]),
+        "heavy_cells": _seconds([r for r in untimed if r.seconds_baseline >= LIGHT_SECONDS]),
     }
 
 
@@ -207,7 +243,12 @@ def main() -> None:
     parser.add_argument("folder", type=Path)
     parser.add_argument("--match", default="*.ipynb", help="notebook file names (a glob)")
     parser.add_argument("--json", type=Path, help="write every cell's outcome here")
+    parser.add_argument("--report", type=Path, help="summarize a run --json saved; run nothing")
     args = parser.parse_args()
+    if args.report:
+        saved = json.loads(args.report.read_text())["cells"]
+        print(json.dumps(report([CellRun(**cell) for cell in saved]), indent=2))
+        return
     paths = sorted(p for p in args.folder.glob("*.ipynb") if fnmatch.fnmatch(p.name, args.match))
     runs: list[CellRun] = []
     for path in paths:

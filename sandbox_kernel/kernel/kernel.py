@@ -52,6 +52,9 @@ _ASK_EXIT = {"source": "ask_exit", "keepkernel": False}
 # a client started with the kernel retry every 100 ms, so this is only reached by a client that
 # never subscribes, which then gets its reply this much later.
 SUBSCRIBER_WAIT_SECONDS = 2.0
+# How long the session's start waits for the kernel's first kernel_info_reply (_start_session):
+# a client that never asks gets its session started anyway, before its first cell.
+START_WAIT_SECONDS = 1.0
 # How long a reply waits for the IOPub thread to send the cell's outputs (_outputs_sent): it
 # takes a thread hop (about 0.1 ms); this bounds it when that thread is stuck.
 OUTPUTS_SENT_SECONDS = 1.0
@@ -124,6 +127,9 @@ class SandboxKernel(Kernel):
         # a minute once per machine, which should never look like a hang.
         self._preparing: str | None = None
         self._noticed = threading.Event()  # set once `_preparing` is known
+        # The start thread waits for this before its imports (start_session).
+        self._may_start = threading.Event()
+        self._shutting_down = False
         self._start_interrupt_reader()
         self._ready = threading.Thread(target=self._start_session, name="sandbox-kernel-start")
         self._ready.daemon = True
@@ -133,8 +139,15 @@ class SandboxKernel(Kernel):
 
     def _start_session(self) -> None:
         """On the start thread: whether a cold cache must be announced, then the session and its
-        guest. The session is made here, not in __init__, so that wasmtime and the session's
-        modules (about 50 ms of imports) load after the kernel has answered kernel_info."""
+        guest. The session is made here, not in __init__, and only once the kernel has
+        answered its first kernel_info (or a request needs the session, or START_WAIT_SECONDS
+        passed): wasmtime's and the session's imports, 100 ms of work under the GIL, had the
+        event loop wait for the GIL as it started and answered (bench_kernel's start: 1.09x
+        ipykernel's with them competing, 1.07x without)."""
+        self._may_start.wait(START_WAIT_SECONDS)
+        if self._shutting_down:
+            self._noticed.set()
+            return
         try:
             self._preparing = preparing_notice()
         finally:
@@ -225,6 +238,7 @@ class SandboxKernel(Kernel):
     async def _session_ready(self, announce: bool = False) -> None:
         """Wait (off the event loop) for the session to have started; `announce` says so on
         stderr when that means compiling the guest (a cold cache)."""
+        self._may_start.set()
         if self._ready.is_alive():
             if announce:
                 await asyncio.to_thread(self._noticed.wait)
@@ -391,6 +405,17 @@ class SandboxKernel(Kernel):
         if subscribed is not None and not subscribed.is_set():
             await asyncio.to_thread(subscribed.wait, SUBSCRIBER_WAIT_SECONDS)
         await super().kernel_info_request(stream, ident, parent)
+        if not self._may_start.is_set():  # the first: once its idle status has been sent
+            asyncio.get_running_loop().call_soon(self._start_after_idle)
+
+    def _start_after_idle(self) -> None:
+        """Let the session start once the IOPub thread has sent what is queued (the idle status
+        that ends the first kernel_info): a client waits for a quiet iopub after that reply."""
+        thread = getattr(self, "iopub_thread", None)
+        if thread is None or not thread.thread.is_alive():
+            self._may_start.set()
+        else:
+            thread.schedule(self._may_start.set)
 
     @property
     def kernel_info(self) -> dict[str, Any]:
@@ -477,6 +502,8 @@ class SandboxKernel(Kernel):
         repl = getattr(self, "repl", None)  # none when shut down while it starts
         if repl is not None:
             repl.cancel()
+        self._shutting_down = True  # a start still waiting to begin never begins
+        self._may_start.set()
         self._ready.join()
         repl = getattr(self, "repl", None)
         if repl is not None:

@@ -27,7 +27,7 @@ SIZE = 8_000_000
 @pytest.fixture
 def repl(workspace: Path) -> Iterator[ReplSandbox]:
     made = new_repl(repl_config(workspace, interrupt_grace_seconds=0.2))
-    run_ok(made, f"blob = bytearray(b'a' * {SIZE})")  # grows the memory: patched in the image's room
+    run_ok(made, f"blob = bytearray(b'a' * {SIZE})")  # grows the memory, patched in place
     run_ok(made, "kept = {'n': 1}")  # a small cell: its image is patched
     (workspace / "b.bin").write_bytes(b"b" * SIZE)
     yield made

@@ -103,6 +103,32 @@ def test_exception_without_a_message_has_an_empty_evalue(kernel: RunningKernel) 
 # -- lifecycle --------------------------------------------------------------------------------
 
 
+def test_a_cell_sent_before_any_kernel_info_starts_the_session(tmp_path: Path) -> None:
+    """The session starts after the kernel's first kernel_info reply (kernel.py,
+    _start_session), so that its imports do not compete with the reply; a client that sends a
+    cell at once, and one that asks to shut down at once, are answered all the same."""
+    install_kernel_spec()
+    for request in ("execute", "shutdown"):
+        root = tmp_path / request
+        root.mkdir()
+        manager = KernelManager(kernel_name=KERNEL_NAME)
+        manager.start_kernel(cwd=str(root), env=kernel_env(root))
+        client = manager.client()
+        client.start_channels()
+        try:
+            if request == "execute":
+                reply = client.execute("6 * 7", reply=True, timeout=STARTUP_TIMEOUT_SECONDS)
+                assert reply["content"]["status"] == "ok", reply["content"]
+            else:
+                client.shutdown()  # on the control channel, answered there
+                reply = client.control_channel.get_msg(timeout=STARTUP_TIMEOUT_SECONDS)
+                assert reply["msg_type"] == "shutdown_reply"
+                assert reply["content"]["status"] == "ok"
+        finally:
+            client.stop_channels()
+            manager.shutdown_kernel(now=True)
+
+
 def test_restart_gives_a_fresh_session(fresh_kernel: RunningKernel) -> None:
     fresh_kernel.run_ok("marker = 'before restart'")
     fresh_kernel.km.restart_kernel(now=False)
