@@ -14,12 +14,14 @@ own, since libraries here were built for this platform's intp:
 
     array, asarray, asanyarray, arange, zeros, ones, empty, full, fromiter, random.randint
     sum, prod, cumsum, cumprod, nansum, nanprod (int32 accumulates in int64, as on Linux)
+    concatenate of Python sequences, where(c, x, y) of two Python ints, count_nonzero
 
 Arrays print as they do there too: `array([7, 8, 9])` for int64, `dtype=int32` named.
 
 What stays 32-bit (README, "numpy's 32-bit integer"): ndarray methods (`a.astype(int)`,
 `a.sum()` of an int32 array), indices NumPy returns (argmax, nonzero, where, argsort,
-bincount: intp), and arrays numpy's C code makes for other libraries. pandas' integers are
+bincount, the one-argument where: intp), and arrays numpy's C code makes for other
+libraries. pandas' integers are
 int64 already.
 
 Must import only the standard library at module level.
@@ -46,6 +48,7 @@ def patch(np: Any) -> None:
     if np.dtype(np.int_).itemsize < 8:  # 32-bit (wasm32); a 64-bit numpy needs nothing
         _creators(np)
         _reductions(np)
+        _combiners(np)
         _reprs(np)
     setattr(np, _PATCHED, True)
 
@@ -137,6 +140,48 @@ def _arange(original: Any, int64: Any) -> Any:
         return original(*args, **kw)
 
     return numbers
+
+
+def _combiners(np: Any) -> None:
+    """concatenate of Python sequences, where between two Python ints and count_nonzero give
+    int64, as on Linux (numpy makes their integers the platform's: `np.concatenate([[1, 2],
+    [3]])`, `np.where(a > 0, 1, -1)`, `np.count_nonzero(a < 6)`). Arrays passed in keep their
+    dtype, and the one-argument where's indices stay numpy's own."""
+
+    intp, int64 = np.dtype(np.intp), np.dtype(np.int64)
+
+    def as_linux(sequence: Any) -> Any:  # Python ints: int64; anything else as numpy makes it
+        made = np.asarray(sequence)  # numpy's own here (this module is not __main__)
+        return made.astype(int64) if made.dtype == intp else made
+
+    def concatenate(original: Any) -> Any:
+        def join(arrays: Any, *args: Any, **kw: Any) -> Any:
+            if kw.get("dtype") is None and isinstance(arrays, list | tuple):
+                arrays = [a if hasattr(a, "dtype") else as_linux(a) for a in arrays]
+            return original(arrays, *args, **kw)
+
+        return join
+
+    def where(original: Any) -> Any:
+        def choose(condition: Any, *values: Any, **kw: Any) -> Any:
+            if len(values) == 2 and all(type(v) is int for v in values):
+                values = tuple(np.int64(v) for v in values)
+            return original(condition, *values, **kw)
+
+        return choose
+
+    def count_nonzero(original: Any) -> Any:
+        def count(a: Any, *args: Any, **kw: Any) -> Any:
+            counted = original(a, *args, **kw)
+            if getattr(counted, "dtype", None) == intp:  # a scalar or an array
+                return counted.astype(int64) if counted.ndim else np.int64(counted)
+            return counted
+
+        return count
+
+    _replace(np, "concatenate", concatenate)
+    _replace(np, "where", where)
+    _replace(np, "count_nonzero", count_nonzero)
 
 
 def _randint(original: Any) -> Any:

@@ -1,6 +1,7 @@
 """pandas knows it is in a notebook (its in_ipython_frontend: the shell's type names "zmq", as
 ipykernel's ZMQInteractiveShell does), so wide and categorical reprs are laid out as on
-ipykernel, compared with the baseline's ipykernel in the same test."""
+ipykernel; numpy's integers print as on 64-bit Linux where a cell makes them (numpy64.py).
+Both compared with the baseline's ipykernel in the same test."""
 
 from __future__ import annotations
 
@@ -15,10 +16,30 @@ CELLS = [
     "pd.Series(range(100))",
 ]
 
+NUMPY_CELLS = [
+    "import numpy as np\nnp.array([7, 8, 9])",
+    "np.arange(100_000).sum()",
+    "np.concatenate([[1, 2, 3], [4, 5, 6]])",
+    "np.concatenate([[[1, 2], [3, 4]]] * 2, axis=1)",
+    "np.where(np.array([0.5, -1.0, 2.0]) > 0, 2, -2)",
+    "np.count_nonzero(np.arange(10) < 6)",
+    "np.array([1, 2], dtype=np.int32)",
+]
+
 
 def test_pandas_reprs_are_ipykernels(kernel: RunningKernel, ipykernel: RunningKernel) -> None:
+    _compare(kernel, ipykernel, CELLS)
+
+
+def test_numpy_integer_reprs_are_ipykernels(
+    kernel: RunningKernel, ipykernel: RunningKernel
+) -> None:
+    _compare(kernel, ipykernel, NUMPY_CELLS)
+
+
+def _compare(kernel: RunningKernel, ipykernel: RunningKernel, cells: list[str]) -> None:
     differences = []
-    for cell in CELLS:
+    for cell in cells:
         ours, theirs = kernel.run_ok(cell).result(), ipykernel.run_ok(cell).result()
         if ours != theirs:
             differences.append(f"{cell!r}:\n  sandbox:   {ours!r}\n  ipykernel: {theirs!r}")

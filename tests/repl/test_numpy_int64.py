@@ -32,6 +32,13 @@ AS_ON_LINUX = {
     "str(np.random.randint(0, 5, 3).dtype)": "'int64'",
     "str(np.cumsum(np.ones(5, dtype=np.int8)).dtype)": "'int64'",
     "str(np.sum(np.ones(5, dtype=bool)).dtype)": "'int64'",
+    "repr(np.concatenate([[1, 2, 3], [4, 5, 6]]))": "'array([1, 2, 3, 4, 5, 6])'",
+    "repr(np.concatenate([[[1, 2], [3, 4]]] * 2, axis=1))": (
+        "'array([[1, 2, 1, 2],\\n       [3, 4, 3, 4]])'"
+    ),
+    "repr(np.where(np.array([1.5, -2.0]) > 0, 2, -2))": "'array([ 2, -2])'",
+    "repr(np.count_nonzero(np.arange(10) < 6))": "'np.int64(6)'",
+    "repr(np.count_nonzero(np.eye(2), axis=0))": "'array([1, 1])'",
     # Kept: explicit dtypes, arrays' own, floats.
     "str(np.array([1, 2], dtype=np.int32).dtype)": "'int32'",
     "str(np.array(np.arange(3, dtype=np.int16)).dtype)": "'int16'",
@@ -45,6 +52,14 @@ AS_ON_LINUX = {
     "repr(np.arange(3))": "'array([0, 1, 2])'",
     "repr(np.array([1, 2], dtype=np.int32))": "'array([1, 2], dtype=int32)'",
     "repr(np.array([], dtype=np.int64))": "'array([], dtype=int64)'",
+    "repr(np.concatenate([np.arange(2, dtype=np.int32), [5]]))": "'array([0, 1, 5])'",
+    "repr(np.concatenate([np.arange(2, dtype=np.int32)] * 2))": (
+        "'array([0, 1, 0, 1], dtype=int32)'"
+    ),
+    "repr(np.where([True, False], np.int32(1), np.int32(0)))": "'array([1, 0], dtype=int32)'",
+    "repr(np.where([True, False], np.arange(2, dtype=np.int8), 0))": (
+        "'array([0, 0], dtype=int8)'"
+    ),
     "repr(np.array([[1, 2], [3, 4]]))": "'array([[1, 2],\\n       [3, 4]])'",
 }
 
