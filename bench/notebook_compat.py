@@ -3,7 +3,7 @@ guest's package versions (the `sandbox-baseline` kernel, requirements-baseline.t
 share of the cells that run on ipykernel that also run here, the share of those whose text
 output is the same, and the time each kernel took.
 
-    .venv/bin/python bench/notebook_compat.py FOLDER [--match GLOB] [--json FILE]
+    .venv/bin/python bench/notebook_compat.py FOLDER [--match GLOB] [--json FILE] [--policy FILE]
 
 Each notebook runs on each kernel in a copy of its folder of its own (so its relative data
 paths work, and what one kernel writes the other never sees), sandbox-python in its default
@@ -119,10 +119,13 @@ def _run(kc: Any, code: str) -> tuple[str, float, str]:
     return f"{content.get('ename')}: {str(content.get('evalue'))[:300]}", took, text
 
 
-def _kernel(name: str, folder: Path, scratch: Path) -> tuple[Any, Any]:
+DEFAULT_POLICY = "# the notebook defaults\n"  # sandbox-python's policy file (else --policy)
+
+
+def _kernel(name: str, folder: Path, scratch: Path, policy: str) -> tuple[Any, Any]:
     env = dict(os.environ)
     if name == "sandbox-python":
-        (scratch / "policy.toml").write_text("# the notebook defaults\n")
+        (scratch / "policy.toml").write_text(policy)
         env.update(
             SANDBOX_KERNEL_WORKSPACE=str(scratch / "workspace"),
             SANDBOX_KERNEL_POLICY=str(scratch / "policy.toml"),
@@ -133,7 +136,7 @@ def _kernel(name: str, folder: Path, scratch: Path) -> tuple[Any, Any]:
     )
 
 
-def run_notebook(path: Path) -> list[CellRun]:
+def run_notebook(path: Path, policy: str = DEFAULT_POLICY) -> list[CellRun]:
     cells = [c for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code"]
     runs: list[CellRun] = []
     with tempfile.TemporaryDirectory(prefix="notebook-compat-") as temp:
@@ -144,7 +147,7 @@ def run_notebook(path: Path) -> list[CellRun]:
             shutil.copytree(path.parent, folder, ignore=shutil.ignore_patterns("*.ipynb"))
             scratch = Path(temp) / run
             scratch.mkdir()
-            km, kc = _kernel(name, folder, scratch)
+            km, kc = _kernel(name, folder, scratch, policy)
             try:
                 outcomes[run] = [_run(kc, cell.source) for cell in cells]
             finally:
@@ -244,7 +247,11 @@ def main() -> None:
     parser.add_argument("--match", default="*.ipynb", help="notebook file names (a glob)")
     parser.add_argument("--json", type=Path, help="write every cell's outcome here")
     parser.add_argument("--report", type=Path, help="summarize a run --json saved; run nothing")
+    parser.add_argument(
+        "--policy", type=Path, help="sandbox-python's policy file (e.g. meter_fuel = false)"
+    )
     args = parser.parse_args()
+    policy = args.policy.read_text() if args.policy else DEFAULT_POLICY
     if args.report:
         saved = json.loads(args.report.read_text())["cells"]
         print(json.dumps(report([CellRun(**cell) for cell in saved]), indent=2))
@@ -252,7 +259,7 @@ def main() -> None:
     paths = sorted(p for p in args.folder.glob("*.ipynb") if fnmatch.fnmatch(p.name, args.match))
     runs: list[CellRun] = []
     for path in paths:
-        found = run_notebook(path)
+        found = run_notebook(path, policy)
         runs += found
         bad = [r for r in found if r.baseline == "ok" and r.sandbox != "ok"]
         differ = [r for r in found if r.baseline == r.sandbox == "ok" and r.steady and _differs(r)]
