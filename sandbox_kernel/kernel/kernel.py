@@ -142,8 +142,8 @@ class SandboxKernel(Kernel):
         guest. The session is made here, not in __init__, and only once the kernel has
         answered its first kernel_info (or a request needs the session, or START_WAIT_SECONDS
         passed): wasmtime's and the session's imports, 100 ms of work under the GIL, had the
-        event loop wait for the GIL as it started and answered (bench_kernel's start: 1.09x
-        ipykernel's with them competing, 1.07x without)."""
+        event loop wait for the GIL as it started and answered (start, 16 of each: 1.07x
+        ipykernel's with them competing, 1.04x without)."""
         self._may_start.wait(START_WAIT_SECONDS)
         if self._shutting_down:
             self._noticed.set()
