@@ -19,10 +19,9 @@ own, since libraries here were built for this platform's intp:
 Arrays print as they do there too: `array([7, 8, 9])` for int64, `dtype=int32` named.
 
 What stays 32-bit (README, "numpy's 32-bit integer"): ndarray methods (`a.astype(int)`,
-`a.sum()` of an int32 array), indices NumPy returns (argmax, nonzero, where, argsort,
-bincount, the one-argument where: intp), and arrays numpy's C code makes for other
-libraries. pandas' integers are
-int64 already.
+`a.sum()` of an int32 array), indices NumPy returns (argmax, nonzero, the one-argument where,
+argsort, bincount: intp), and arrays numpy's C code makes for other libraries. pandas'
+integers are int64 already.
 
 Must import only the standard library at module level.
 """
