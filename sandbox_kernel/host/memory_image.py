@@ -151,12 +151,18 @@ def image_buffer(size: int, room: int = 0) -> mmap.mmap:
     `room`: its length when more than `size`, so that the memory can grow and its image stay
     the same buffer, patched with the pages written (a grown memory's new buffer had every
     page copied and faulted in again: 150 ms for a 300 MB memory after each cell that grew
-    it). The room costs address space only (MAP_NORESERVE): no page exists until written."""
-    length = max(size, room)
+    it). The room costs address space only (MAP_NORESERVE): no page exists until written. A
+    host that will not reserve it (strict overcommit accounting, a small address-space limit)
+    gets a buffer of `size`, as before: growth then copies into a new one."""
     flags = getattr(mmap, "MAP_PRIVATE", 0) | getattr(mmap, "MAP_ANONYMOUS", 0)
     if not flags:
-        return mmap.mmap(-1, length)
-    return mmap.mmap(-1, length, flags=flags | _MAP_NORESERVE)
+        return mmap.mmap(-1, size)
+    if room > size:
+        try:
+            return mmap.mmap(-1, room, flags=flags | _MAP_NORESERVE)
+        except (OSError, OverflowError):
+            pass
+    return mmap.mmap(-1, size, flags=flags)
 
 
 @functools.cache

@@ -128,6 +128,14 @@ def test_a_grown_memory_is_patched_in_its_image_buffer(session: GuestSession) ->
     assert again.memory().tobytes() == memory_now(session)
 
 
+def test_a_buffer_whose_room_cannot_be_reserved_is_the_images_size() -> None:
+    """Where the room cannot be reserved (here: more address space than any machine has), the
+    buffer is as long as the image, and growth takes a new one, as before rooms existed."""
+    buffer = memory_image.image_buffer(64 * PAGE_SIZE, room=1 << 62)
+    assert len(buffer) == 64 * PAGE_SIZE
+    assert len(memory_image.image_buffer(PAGE_SIZE, room=8 * PAGE_SIZE)) == 8 * PAGE_SIZE
+
+
 def test_another_image_is_copied_whole(session: GuestSession) -> None:
     first = session.capture()
     turn(session, "y = 2")
