@@ -32,6 +32,7 @@ Must not import: wasmtime (the runner does), anything Jupyter.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import json
 import logging
@@ -198,6 +199,25 @@ def _sse(event: EventName, data: JsonValue) -> bytes:
     return f"event: {event}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n".encode()
 
 
+class _WatchedStream(StreamingResponse):
+    """A StreamingResponse whose stream stops as soon as its client leaves. Starlette listens
+    for the disconnect only under servers older than ASGI 2.4; under uvicorn it learned of it
+    at the next write, which for a chat queued or running is the next keepalive (15 s): a
+    queued chat whose client had left could still start."""
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        async with anyio.create_task_group() as group:
+
+            async def stream() -> None:
+                with contextlib.suppress(OSError):  # the client left during a write
+                    await self.stream_response(send)
+                group.cancel_scope.cancel()
+
+            group.start_soon(stream)
+            await self.listen_for_disconnect(receive)
+            group.cancel_scope.cancel()  # the stream's generator is closed: its run cancelled
+
+
 def _error(status: int, kind: str, message: str, **headers: str) -> JSONResponse:
     return JSONResponse({"error": {"type": kind, "message": message}}, status, headers=headers)
 
@@ -289,7 +309,7 @@ class _App:
         if ticket is None:
             message = "every worker is busy and the queue is full: try again shortly"
             return _error(503, "SERVER_BUSY", message, **{"retry-after": "2"})
-        return StreamingResponse(
+        return _WatchedStream(
             self._turn(chat, dataset, ticket),
             media_type="text/event-stream",
             headers={"x-accel-buffering": "no"},
@@ -356,7 +376,9 @@ class _App:
     def _run(self, plan: Plan, dataset: Dataset, cancellation: Cancellation) -> RunnerResponse:
         timeout = self.serve.run_timeout_seconds
         request = {**plan.request(dataset.id), "timeout_seconds": timeout}
-        if self.workers is None:
+        if self.workers is None or cancellation.cancelled:
+            # A chat whose client left while it waited is recorded here, before any sandbox
+            # is made: a worker would start it first, and only then hear of the cancel.
             return run_request(request, settings=self.runner, cancellation=cancellation)
         return self.workers.run(
             request, run_id=new_capsule_id(), timeout_seconds=timeout, cancellation=cancellation

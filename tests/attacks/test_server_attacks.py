@@ -279,6 +279,9 @@ def test_a_queued_chat_whose_client_leaves_never_runs(servers: Serving) -> None:
                 pass
             assert json.loads(next(events).removeprefix("data: "))["waiting"] == 1
             events.close()
+        # The server learns within milliseconds that the queued client left (runner/server.py,
+        # _WatchedStream); leaving the running chat in the same instant would race that.
+        time.sleep(1)
         lines.close()
     deadline = time.monotonic() + 20
     while len(_capsules(queued)) < 2:
