@@ -1,25 +1,30 @@
 """The models, errors and logging every other layer of sandbox_kernel builds on.
 
 Re-exports only; each name lives in one private-by-convention module (errors, policy,
-results, logging). Must not import anything from the rest of sandbox_kernel, nor
-wasmtime.
+results, logging), imported on first use. Must not import anything from the rest of
+sandbox_kernel (but the lazy import helper), nor wasmtime.
 """
 
 from __future__ import annotations
 
-from sandbox_kernel.core.errors import (
-    FieldError,
-    GuestImageCorrupt,
-    GuestImageNotFound,
-    PolicyValidationError,
-    SandboxAbandoned,
-    SandboxBusyError,
-    SandboxError,
-    SandboxExecutionError,
-)
-from sandbox_kernel.core.logging import SandboxLogger, SecurityEventKind
-from sandbox_kernel.core.policy import ExecutionPolicy, load_policy
-from sandbox_kernel.core.results import LimitKind, RuntimeType, SandboxResult
+from typing import TYPE_CHECKING
+
+from sandbox_kernel._lazy import lazy_getattr
+
+if TYPE_CHECKING:
+    from sandbox_kernel.core.errors import (
+        FieldError,
+        GuestImageCorrupt,
+        GuestImageNotFound,
+        PolicyValidationError,
+        SandboxAbandoned,
+        SandboxBusyError,
+        SandboxError,
+        SandboxExecutionError,
+    )
+    from sandbox_kernel.core.logging import SandboxLogger, SecurityEventKind
+    from sandbox_kernel.core.policy import ExecutionPolicy, load_policy
+    from sandbox_kernel.core.results import LimitKind, RuntimeType, SandboxResult
 
 __all__ = [
     "ExecutionPolicy",
@@ -38,3 +43,33 @@ __all__ = [
     "SecurityEventKind",
     "load_policy",
 ]
+
+# Each name is imported from its module on first use: a module that needs only the errors
+# (the guest library, the kernel's first reply) does not build the policy's models.
+__getattr__ = lazy_getattr(
+    __name__,
+    {
+        **dict.fromkeys(
+            (
+                "FieldError",
+                "GuestImageCorrupt",
+                "GuestImageNotFound",
+                "PolicyValidationError",
+                "SandboxAbandoned",
+                "SandboxBusyError",
+                "SandboxError",
+                "SandboxExecutionError",
+            ),
+            "sandbox_kernel.core.errors",
+        ),
+        **dict.fromkeys(("SandboxLogger", "SecurityEventKind"), "sandbox_kernel.core.logging"),
+        **dict.fromkeys(("ExecutionPolicy", "load_policy"), "sandbox_kernel.core.policy"),
+        **dict.fromkeys(
+            ("LimitKind", "RuntimeType", "SandboxResult"), "sandbox_kernel.core.results"
+        ),
+    },
+)
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -9,3 +9,11 @@ linker        the shared linker with those shadows and the door
 guest_run     one run in a fresh Store, its limits and its outcome
 workspace     listing and diffing the workspace without following links
 """
+
+from __future__ import annotations
+
+__all__ = ["GUEST_PYTHON"]
+
+# The guest's Python (its wheels are chosen for it, not for the host). Here, in a module that
+# imports nothing, because the kernel names it in its first reply (repl/host_view.py).
+GUEST_PYTHON = "3.15"

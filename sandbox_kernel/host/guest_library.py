@@ -27,6 +27,7 @@ import zipfile
 from pathlib import Path
 
 from sandbox_kernel.core.errors import SandboxExecutionError
+from sandbox_kernel.host import GUEST_PYTHON
 from sandbox_kernel.host.cache import cache_dir
 
 __all__ = [
@@ -58,7 +59,6 @@ MODULE_PINS = "package-modules.txt"
 PACKAGE_MODULES = {"matplotlib.backends": ("matplotlib/backends/backend_webagg_core.py",)}
 _MODULE_PLATFORM = ("--platform", "manylinux2014_x86_64", "--python-version", "3.11",
                     "--implementation", "cp", "--abi", "cp311")  # fmt: skip
-GUEST_PYTHON = "3.15"  # the guest's Python: the wheels are chosen for it, not for the host
 _PIP_TIMEOUT_SECONDS = 600
 _DONE = ".complete"
 _LAYOUT = "package data: JPEG as PNG"  # how the folder is made, beside what: part of its key

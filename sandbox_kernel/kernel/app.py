@@ -14,9 +14,10 @@ never completes and the process does not exit (seen with this kernel in about 1 
 3). Stopping and joining the control thread first lets it finish publishing while iopub lives.
 
 The kernel class is imported in `init_kernel`, after ipykernel has bound the sockets, not
-when this module is: it brings the session, wasmtime and the policy models (about 120 ms of
-imports). A client that started the kernel retries its connections every 100 ms until they are
-bound, so every ms before the bind is paid again in the client's wait.
+when this module is. A client that started the kernel retries its connections every 100 ms
+until they are bound, so every ms before the bind is paid again in the client's wait. The
+class itself is light (7 ms): its settings, the firewall and the session, about 100 ms of
+imports, come on its start thread after the first kernel_info reply (kernel.py).
 
 `QuietOutStream` is the host process's sys.stdout and sys.stderr: ipykernel flushes both twice
 per cell (before the reply and before the idle status), and each flush waits for a round trip

@@ -131,12 +131,12 @@ class KernelComms:
         # Cells and comm messages into the guest, one at a time in the order they came.
         self.gate = Gate()
 
-    def install(self) -> None:
-        """Handle the comm messages on the kernel's shell channel."""
-        handlers = self.kernel.shell_handlers
-        for msg_type in COMM_TYPES:
-            handlers[msg_type] = self._handler(msg_type)
-        handlers["comm_info_request"] = self.comm_info_request
+    async def handle(self, msg_type: str, stream: Any, ident: Any, parent: dict[str, Any]) -> None:
+        """A comm message or comm_info_request from the kernel's shell channel."""
+        if msg_type == "comm_info_request":
+            await self.comm_info_request(stream, ident, parent)
+        elif msg_type in COMM_TYPES:
+            await self.deliver(msg_type, parent)
 
     # -- guest -> page -----------------------------------------------------------------------
 
@@ -180,12 +180,6 @@ class KernelComms:
             yield
 
     # -- page -> guest -----------------------------------------------------------------------
-
-    def _handler(self, msg_type: str) -> Any:
-        async def handle(stream: Any, ident: Any, parent: dict[str, Any]) -> None:
-            await self.deliver(msg_type, parent)
-
-        return handle
 
     async def deliver(self, msg_type: str, parent: dict[str, Any]) -> None:
         kernel = self.kernel

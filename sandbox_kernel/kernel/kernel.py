@@ -4,13 +4,22 @@ A thin adapter: Jupyter messages in, ReplSandbox calls out, message contents fro
 `messages.py`. The cell runs on a worker thread so the kernel stays responsive (interrupts,
 output streamed while the cell runs); magics are handled here, never in the guest.
 
-Must not import: wasmtime (the kernel knows only the REPL).
+The kernel answers its first kernel_info before it has read its settings: the settings, the
+firewall, the magics and the session are made on the start thread once that reply has gone
+(`_prepare`, `_start_session`), and every request that needs them waits for that
+(`_session_ready`). Their modules (pydantic's models of the policy and the results, the
+sanitizers, the model providers: about 100 ms of imports) are imported where they are first
+used, so that nothing on the path to the first reply loads them.
+
+Must not import: wasmtime (the kernel knows only the REPL); at module level, anything that
+brings pydantic (the paragraph above).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import signal
 import threading
@@ -22,31 +31,32 @@ from ipykernel.kernelbase import Kernel
 from traitlets import Float
 
 from sandbox_kernel import __version__
-from sandbox_kernel.kernel import magics, messages
-from sandbox_kernel.kernel.comms import KernelComms
-from sandbox_kernel.kernel.data_magics import DataMagics
-from sandbox_kernel.kernel.firewall import OutputFirewall
-from sandbox_kernel.kernel.publisher import Publisher
-from sandbox_kernel.kernel.runlog import RunLog
-from sandbox_kernel.kernel.settings import KernelSettings
-from sandbox_kernel.kernel.stdin import StdinReader
-from sandbox_kernel.kernel.streams import StreamPublisher
-from sandbox_kernel.llm import LLMConfigError, LLMService
-from sandbox_kernel.repl.bridges import stop_check
 from sandbox_kernel.repl.host_view import (
     GUEST_PYTHON,
     files_changed,
     list_files,
     preparing_notice,
 )
-from sandbox_kernel.repl.models import CodeExecution
 
 if TYPE_CHECKING:
+    from sandbox_kernel.kernel.comms import KernelComms
+    from sandbox_kernel.kernel.data_magics import DataMagics
+    from sandbox_kernel.kernel.firewall import OutputFirewall
+    from sandbox_kernel.kernel.magics import MagicResult
+    from sandbox_kernel.kernel.publisher import Publisher
+    from sandbox_kernel.kernel.runlog import RunLog
+    from sandbox_kernel.kernel.settings import KernelSettings
+    from sandbox_kernel.kernel.stdin import StdinReader
+    from sandbox_kernel.llm import LLMService
+    from sandbox_kernel.repl.models import CodeExecution, REPLConfig
     from sandbox_kernel.repl.sandbox import ReplSandbox
 
 __all__ = ["SandboxKernel"]
 
 _EXIT_WORDS = frozenset({"exit", "quit", "exit()", "quit()"})
+# The shell messages KernelComms handles (comms.py); registered in __init__, so that none that
+# comes while the kernel starts meets ipykernel's default handlers.
+_COMM_REQUESTS = ("comm_open", "comm_msg", "comm_close", "comm_info_request")
 _ASK_EXIT = {"source": "ask_exit", "keepkernel": False}
 # How long a kernel_info reply waits for a client's iopub to subscribe (app.py): the sockets of
 # a client started with the kernel retry every 100 ms, so this is only reached by a client that
@@ -91,21 +101,56 @@ class SandboxKernel(Kernel):
     # what the cell published (_outputs_sent), as ipykernel's own stdout flush does.
     _execute_sleep = Float(0.0).tag(config=True)
 
+    # Made on the start thread (_prepare), before the session: see the module's docstring.
+    settings: KernelSettings
+    data: DataMagics  # %dataset, %%sql and the guarded mode; its settings mount /data
+    runlog: RunLog
+    firewall: OutputFirewall
+    out: Publisher
+    comms: KernelComms  # ipywidgets: comms both ways, through widgets.py
+    llm: LLMService | None
+    llm_error: str | None  # why the model settings are unusable (llm_query and %sandbox say it)
+    _repl_config: REPLConfig
+
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.settings = KernelSettings.from_environment()
-        # %dataset, %%sql and the guarded mode (data_magics.py); its settings mount /data.
-        self.data = DataMagics(self.settings)
+        self._answered: Callable[[], None] | None = None  # a cell's run log line, for later
+        self._stdin: StdinReader | None = None
+        self._history: list[tuple[int, int, str]] = []
+        # What the first cell says while the session starts: a cold compile cache takes about
+        # a minute once per machine, which should never look like a hang.
+        self._preparing: str | None = None
+        self._noticed = threading.Event()  # set once `_preparing` is known
+        # The start thread waits for this before its imports (start_session).
+        self._may_start = threading.Event()
+        self._shutting_down = False
+        self._unready: str | None = None  # why the kernel could not make its session
+        for msg_type in _COMM_REQUESTS:
+            self.shell_handlers[msg_type] = functools.partial(self._comm_request, msg_type)
+        self._start_interrupt_reader()
+        self._ready = threading.Thread(target=self._start_session, name="sandbox-kernel-start")
+        self._ready.daemon = True
+        self._ready.start()
+
+    def _prepare(self) -> None:
+        """On the start thread: the settings (the policy file, the environment) and what the
+        kernel builds from them."""
+        from sandbox_kernel.kernel.comms import KernelComms
+        from sandbox_kernel.kernel.data_magics import DataMagics
+        from sandbox_kernel.kernel.firewall import OutputFirewall
+        from sandbox_kernel.kernel.publisher import Publisher
+        from sandbox_kernel.kernel.runlog import RunLog
+        from sandbox_kernel.kernel.settings import KernelSettings
+
+        settings = KernelSettings.from_environment()
+        self.data = DataMagics(settings)
         self.settings = self.data.settings
         self.runlog = RunLog(self.settings.run_log)
         policy = self.settings.policy  # the guarded spec never trusts outputs (settings.py)
         self.firewall = OutputFirewall(policy.trust_outputs, policy.display_max_bytes)
         self.out = Publisher(self.firewall, self._send_iopub)
-        self.comms = KernelComms(self)  # ipywidgets: comms both ways, through widgets.py
-        self.comms.install()
-        self._answered: Callable[[], None] | None = None  # a cell's run log line, for later
-        # Why the model settings are unusable (llm_query and %sandbox say it), or None.
-        self.llm_error: str | None = self.settings.llm_error
+        self.comms = KernelComms(self)
+        self.llm_error = self.settings.llm_error
         self.llm = self._llm_service()
         config = self.settings.repl_config(
             on_display_message=self.out.display,
@@ -121,19 +166,20 @@ class SandboxKernel(Kernel):
         elif self.llm_error is not None:
             config.on_llm_query = config.on_rlm_query = self._llm_unusable
         self._repl_config = config
-        self._stdin: StdinReader | None = None
-        self._history: list[tuple[int, int, str]] = []
-        # What the first cell says while the session starts: a cold compile cache takes about
-        # a minute once per machine, which should never look like a hang.
-        self._preparing: str | None = None
-        self._noticed = threading.Event()  # set once `_preparing` is known
-        # The start thread waits for this before its imports (start_session).
-        self._may_start = threading.Event()
-        self._shutting_down = False
-        self._start_interrupt_reader()
-        self._ready = threading.Thread(target=self._start_session, name="sandbox-kernel-start")
-        self._ready.daemon = True
-        self._ready.start()
+
+    def _unprepared(self, exc: Exception) -> None:
+        """What a kernel whose settings could not be read keeps: the default firewall, so that
+        its replies still go out, and the reason, which every cell's error then gives."""
+        from sandbox_kernel.kernel.comms import KernelComms
+        from sandbox_kernel.kernel.firewall import OutputFirewall
+        from sandbox_kernel.kernel.publisher import Publisher
+
+        self._unready = f"{type(exc).__name__}: {exc}"
+        self.log.error("sandbox-kernel could not read its settings: %s", self._unready)
+        self.firewall = OutputFirewall()
+        self.out = Publisher(self.firewall, self._send_iopub)
+        self.comms = KernelComms(self)
+        self.llm = None
 
     repl: ReplSandbox  # made on the start thread (_start_session)
 
@@ -149,7 +195,11 @@ class SandboxKernel(Kernel):
             self._noticed.set()
             return
         try:
+            self._prepare()
             self._preparing = preparing_notice()
+        except Exception as exc:  # a policy file that does not load, say: every cell says why
+            self._unprepared(exc)
+            return
         finally:
             self._noticed.set()
         from sandbox_kernel.repl.sandbox import ReplSandbox
@@ -159,6 +209,8 @@ class SandboxKernel(Kernel):
 
     def _llm_service(self) -> LLMService | None:
         """The model behind llm_query and rlm_query; each rlm_query step goes to the run log."""
+        from sandbox_kernel.llm import LLMConfigError
+
         if self.llm_error is not None:
             return None
         try:
@@ -168,6 +220,8 @@ class SandboxKernel(Kernel):
             return None
 
     def _llm_unusable(self, *args: object) -> str:
+        from sandbox_kernel.llm import LLMConfigError
+
         raise LLMConfigError(self.llm_error or "llm_query is not configured")
 
     # -- output from the running cell (called on the worker thread) --------------------------
@@ -178,6 +232,8 @@ class SandboxKernel(Kernel):
 
     def _send_stream(self, name: str, text: str, parent: dict[str, Any]) -> None:
         """A cell's output, for the request that ran it (from any thread)."""
+        from sandbox_kernel.kernel import messages
+
         if self.session is None:  # shutting down
             return
         content = messages.stream_content(name, text)
@@ -187,6 +243,9 @@ class SandboxKernel(Kernel):
 
     def _input(self, prompt: str, password: bool) -> str:
         """On a bridge helper thread: ask the client, until answered or the cell moves on."""
+        from sandbox_kernel.kernel.stdin import StdinReader
+        from sandbox_kernel.repl.bridges import stop_check
+
         if not self._allow_stdin:
             raise EOFError("input() is not available: this client does not send input")
         if self._stdin is None:
@@ -245,6 +304,8 @@ class SandboxKernel(Kernel):
                 if self._preparing:
                     self.out.stream("stderr", self._preparing)
             await asyncio.to_thread(self._ready.join)
+        if self._unready is not None:
+            raise RuntimeError(f"the sandbox could not start: {self._unready}")
         if getattr(self, "repl", None) is None:
             raise RuntimeError("the sandbox session could not be made (the kernel's log says why)")
         if announce and self.repl.folder_notes:  # the first cell says what the folders are
@@ -252,6 +313,16 @@ class SandboxKernel(Kernel):
             self.out.stream("stderr", "".join(f"[sandbox] {note}\n" for note in notes))
 
     # -- requests ---------------------------------------------------------------------------
+
+    async def _comm_request(self, msg_type: str, stream: Any, ident: Any, parent: Any) -> None:
+        """A comm message or comm_info_request, for KernelComms once the start thread has made
+        it (it then waits for the session itself)."""
+        if not self._noticed.is_set():
+            self._may_start.set()
+            await asyncio.to_thread(self._noticed.wait)
+        comms = getattr(self, "comms", None)
+        if comms is not None:  # none only when shut down before the start
+            await comms.handle(msg_type, stream, ident, parent)
 
     async def do_execute(
         self,
@@ -266,6 +337,8 @@ class SandboxKernel(Kernel):
     ) -> dict[str, Any]:
         """The cell's reply, whatever happens: ipykernel sends none when this raises, and a
         client would wait forever, so a failure of the kernel itself is an error reply."""
+        from sandbox_kernel.kernel import magics
+
         try:
             return await self._execute(code, silent, store_history, user_expressions, allow_stdin)
         except Exception as exc:
@@ -301,6 +374,8 @@ class SandboxKernel(Kernel):
         user_expressions: dict[str, Any] | None,
         allow_stdin: bool,
     ) -> dict[str, Any]:
+        from sandbox_kernel.kernel import magics, messages
+
         count = self.execution_count
         self._allow_stdin = allow_stdin
         if code.strip() in _EXIT_WORDS:  # as IPython: the client (jupyter console) leaves
@@ -374,6 +449,8 @@ class SandboxKernel(Kernel):
         and error published from here, so that the IOPub thread sends them while the event loop
         takes the execution back (the reply waits for them: _outputs_sent). Returns the
         execution, its error content and the payloads the reply carries."""
+        from sandbox_kernel.kernel.streams import StreamPublisher
+
         if silent:
             execution = self.repl.execute(code, on_stdout=_drop, on_stderr=_drop, defer_image=True)
         else:
@@ -387,7 +464,9 @@ class SandboxKernel(Kernel):
                     self.out.streams = None
         return (execution, *self.out.outcome(execution, count, silent))
 
-    def _magic_reply(self, handled: magics.MagicResult, count: int, silent: bool) -> dict[str, Any]:
+    def _magic_reply(self, handled: MagicResult, count: int, silent: bool) -> dict[str, Any]:
+        from sandbox_kernel.kernel import messages
+
         if handled.text and not silent:
             self.out.stream("stdout", handled.text)
         if handled.error is None:
@@ -469,6 +548,8 @@ class SandboxKernel(Kernel):
         return self.firewall.inspect_reply(reply)
 
     async def do_is_complete(self, code: str) -> dict[str, Any]:
+        from sandbox_kernel.kernel import magics
+
         return magics.is_complete(code)
 
     async def do_history(
@@ -483,6 +564,8 @@ class SandboxKernel(Kernel):
         pattern: str | None = None,
         unique: bool = False,
     ) -> dict[str, Any]:
+        from sandbox_kernel.kernel import magics
+
         entries = magics.history(
             self._history,
             hist_access_type,
@@ -510,7 +593,9 @@ class SandboxKernel(Kernel):
             repl.destroy()
         with contextlib.suppress(OSError):
             os.close(self._interrupt_write)
-        if self.llm is not None:
-            self.llm.close()
-        self.runlog.close()
+        llm, runlog = getattr(self, "llm", None), getattr(self, "runlog", None)
+        if llm is not None:  # neither exists when shut down before the kernel prepared them
+            llm.close()
+        if runlog is not None:
+            runlog.close()
         return {"status": "ok", "restart": restart}

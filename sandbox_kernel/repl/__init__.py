@@ -1,7 +1,7 @@
 """The persistent REPL session: ReplSandbox (sandboxed, wasm) and create_repl().
 
-ReplSandbox is imported on first use (it brings wasmtime): the models alone are light, and the
-kernel answers its first request before it loads wasmtime.
+Every name is imported on first use: ReplSandbox brings wasmtime, and the models pydantic;
+the kernel answers its first request before it loads either.
 """
 
 from __future__ import annotations
@@ -9,12 +9,27 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from sandbox_kernel._lazy import lazy_getattr
-from sandbox_kernel.repl.base import ReplBackend
-from sandbox_kernel.repl.models import CodeExecution, DisplayMessage, ExecutionStatus, REPLConfig
 
-__getattr__ = lazy_getattr(__name__, {"ReplSandbox": "sandbox_kernel.repl.sandbox"})
+__getattr__ = lazy_getattr(
+    __name__,
+    {
+        "ReplBackend": "sandbox_kernel.repl.base",
+        "ReplSandbox": "sandbox_kernel.repl.sandbox",
+        **dict.fromkeys(
+            ("CodeExecution", "DisplayMessage", "ExecutionStatus", "REPLConfig"),
+            "sandbox_kernel.repl.models",
+        ),
+    },
+)
 
 if TYPE_CHECKING:
+    from sandbox_kernel.repl.base import ReplBackend
+    from sandbox_kernel.repl.models import (
+        CodeExecution,
+        DisplayMessage,
+        ExecutionStatus,
+        REPLConfig,
+    )
     from sandbox_kernel.repl.sandbox import ReplSandbox
 
 __all__ = [
@@ -38,6 +53,8 @@ def create_repl(config: REPLConfig | None = None) -> ReplBackend:
     - "native": NativeReplSandbox, a plain CPython subprocess, NO sandbox;
     - "pyodide": PyodideReplSandbox, Pyodide under Node.js, NO sandbox.
     """
+    from sandbox_kernel.repl.models import REPLConfig
+
     config = config if config is not None else REPLConfig()
     backend = config.backend
     if backend == "auto":

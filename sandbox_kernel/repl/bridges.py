@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from sandbox_kernel.core.stops import StopTurn
-from sandbox_kernel.host.guest_library import GUEST_PYTHON
+from sandbox_kernel.host import GUEST_PYTHON
 from sandbox_kernel.repl import protocol
 from sandbox_kernel.repl.models import CommMessage, DisplayMessage, REPLConfig
 from sandbox_kernel.repl.protocol import CellReply, error_answer, ok_answer

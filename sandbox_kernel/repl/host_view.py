@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sandbox_kernel.host.guest_library import GUEST_PYTHON
+from sandbox_kernel.host import GUEST_PYTHON
 from sandbox_kernel.host.workspace import Snapshot, diff, snapshot
 
 __all__ = ["GUEST_PYTHON", "Snapshot", "files_changed", "list_files", "preparing_notice"]
