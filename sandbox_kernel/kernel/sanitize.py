@@ -16,10 +16,14 @@ rules, so mutation-XSS shapes come out as inert text). On top of what Ammonia do
   its own, `sbx-<digest>`, and every selector of its `<style>` elements is put under that class
   (tinycss2 parses them; only @media and @supports are kept of the at-rules), so
   `.jp-Notebook {display: none}` or `body::after {content: ...}` reaches nothing of the page.
-- Element ids get the same `sbx-<digest>-` prefix (and so do the `#id` selectors, fragment links
-  and `url(#id)` references that name them), and `name` attributes go: an id or a name would
-  otherwise become a global the page's scripts read (DOM clobbering, CVE-2024-43805; JupyterLab
-  strips both). SVG documents are shown in an <img>, a document of their own: their ids stay.
+- Element ids get the same `sbx-<digest>-` prefix (and so do the `#id` selectors, fragment links,
+  `url(#id)` references and `<label for>` that name them), and `name` attributes go: an id or a
+  name would otherwise become a global the page's scripts read (DOM clobbering, CVE-2024-43805;
+  JupyterLab strips both). SVG documents are shown in an <img>, a document of their own: their
+  ids stay.
+- The one form control is a checkbox: every `<input>` becomes `type="checkbox"` whatever it
+  said, with no value, name, form or action. A checkbox and its label are how HTML alone folds
+  and unfolds (scikit-learn's estimator diagrams); with no form, nothing can submit it.
 - Markdown without raw HTML, images or a script-like URL is kept as it is; otherwise it is
   rendered here (markdown-it, CommonMark) and the HTML sanitized: the frontend then never
   parses the raw HTML itself.
@@ -67,7 +71,7 @@ def _words(text: str) -> frozenset[str]:
 HTML_TAGS = _words(
     """a abbr acronym address article aside b bdi bdo big blockquote br caption center cite
     code col colgroup dd del details dfn div dl dt em figcaption figure font footer h1 h2 h3 h4
-    h5 h6 header hgroup hr i img ins kbd label li main mark nav ol p pre q rp rt ruby s samp
+    h5 h6 header hgroup hr i img input ins kbd label li main mark nav ol p pre q rp rt ruby s samp
     section small span strike strong style sub summary sup table tbody td tfoot th thead time
     tr tt u ul var wbr"""
 )
@@ -92,6 +96,8 @@ HTML_ATTRIBUTES: dict[str, set[str]] = {
     "li": {"value"},
     "font": {"color", "face", "size"},
     "details": {"open"},
+    "input": {"checked", "disabled"},  # and type="checkbox", always (FORCED_ATTRIBUTES)
+    "label": {"for"},  # an id of the output's own (prefixed)
     "style": {"type", "scoped"},
     "time": {"datetime"},
     "q": {"cite"},
@@ -110,6 +116,8 @@ SVG_ATTRIBUTES = _words(
     patternContentUnits patternTransform markerWidth markerHeight markerUnits refX refY orient
     overflow visibility display color href xlink:href"""
 )
+# Attributes set whatever the markup said.
+FORCED_ATTRIBUTES = {"input": {"type": "checkbox"}}
 # Removed with their content and never named in a note: not a user's concern.
 QUIET_TAGS = frozenset({"metadata"})
 DROPPED_WITH_CONTENT = frozenset({"script", "metadata", "template", "noscript"})
@@ -124,6 +132,7 @@ _URL_NOISE = re.compile(r"[\x00-\x20\x7f\\]+")  # what browsers and markdown dro
 _URL_REFERENCE = re.compile(r"(url\(\s*['\"]?#)", re.IGNORECASE)
 _STYLE_ELEMENT = re.compile(r"(<style\b[^>]*>)(.*?)(</style>)", re.IGNORECASE | re.DOTALL)
 _START_TAG = re.compile(r"<([A-Za-z][^\s/>]*)([^>]*)>")
+_CHECKBOX = re.compile(r"""\btype\s*=\s*["']?checkbox\b""", re.IGNORECASE)
 _ATTRIBUTE = re.compile(r"""([^\s=/>"']+)(?:\s*=\s*(?:"[^"]*"|'[^']*'|[^\s>]+))?""")
 
 
@@ -185,6 +194,8 @@ class _Filter:
             return clean_css(value, self.refused)
         if name in ("id", "name"):
             return self._named(name, value, prefix)
+        if name == "for":  # a label's: names an id, which carries the prefix
+            return value if prefix is None else prefix + value
         if prefix is not None and "url(" in value:
             value = _URL_REFERENCE.sub(lambda m: m[1] + prefix, value)  # url(#clip) in SVG
         if name in ("href", "xlink:href"):
@@ -244,6 +255,7 @@ def _cleaner(svg: bool) -> nh3.Cleaner:
         clean_content_tags=set(DROPPED_WITH_CONTENT),
         attributes=attributes,
         attribute_filter=_FILTER,
+        set_tag_attribute_values=FORCED_ATTRIBUTES,
         strip_comments=True,
         link_rel=None,
         url_schemes={"http", "https", "mailto", "data"},
@@ -282,7 +294,7 @@ def _clean_markup(text: str, svg: bool) -> Cleaned:
         refused = list(dict.fromkeys(record))
         said = {entry.split()[0] for entry in refused}  # "src ..." already says why src went
         missing = [r for r in _missing_parts(text, cleaned) if r.split()[0] not in said]
-        removed = missing + refused
+        removed = missing + _converted_inputs(text) + refused
     if svg:  # an XML document again (an <img> shows it): SVG 2 href, no HTML-only entity
         cleaned = cleaned.replace(" xlink:href=", " href=").replace("&nbsp;", "&#160;")
     return Cleaned(cleaned, removed)
@@ -297,6 +309,14 @@ def _parts(text: str) -> tuple[set[str], set[str]]:
         tags.add(match[1].lower())
         attributes.update(name.lower() for name in _ATTRIBUTE.findall(match[2]))
     return tags, attributes
+
+
+def _converted_inputs(text: str) -> list[str]:
+    """A note when some <input> was not a checkbox (it is shown as one)."""
+    for match in _START_TAG.finditer(text):
+        if match[1].lower() == "input" and not _CHECKBOX.search(match[2]):
+            return ["<input> other than a checkbox (shown as one)"]
+    return []
 
 
 def _missing_parts(before: str, after: str) -> list[str]:

@@ -34,7 +34,6 @@ FORBIDDEN_ELEMENTS = frozenset(
         "link",
         "form",
         "button",
-        "input",
         "textarea",
         "select",
         "foreignobject",
@@ -47,6 +46,7 @@ FORBIDDEN_ELEMENTS = frozenset(
         "template",
     ]
 )
+INPUT_ATTRIBUTES = frozenset({"type", "checked", "disabled", "id", "class", "style", "title"})
 URL_ATTRIBUTES = frozenset({"href", "src", "xlink:href", "action", "formaction", "data", "poster"})
 _NOISE = re.compile(r"[\x00-\x20\x7f\\]+")
 
@@ -76,6 +76,11 @@ def assert_inert_html(markup: str, where: str = "") -> None:
                 _assert_inert_css(value, where)
         if tag == "style":
             _assert_inert_css(element.text or "", where)
+        if tag == "input":  # a checkbox, bound to no form: it can fold, never submit or ask
+            assert element.attrib.get("type") == "checkbox", f"{where}: {element.attrib}"
+            assert set(element.attrib) <= INPUT_ATTRIBUTES, f"{where}: {element.attrib}"
+        if tag == "label" and "for" in element.attrib:  # only for the output's own controls
+            assert element.attrib["for"].startswith("sbx-"), f"{where}: {element.attrib}"
 
 
 def _assert_inert_css(css: str, where: str) -> None:

@@ -9,6 +9,7 @@ carry guest data: user_expressions, inspect_reply and complete_reply.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -130,6 +131,25 @@ def test_ordinary_rich_output_is_untouched(kernel: RunningKernel) -> None:
     assert "background-color: yellow" in styler
     svg = outputs[2]["data"]["image/svg+xml"]  # type: ignore[index]
     assert svg.lstrip().startswith("<svg") and 'xmlns="http://www.w3.org/2000/svg"' in svg
+
+
+def test_scikit_learns_estimator_diagram_keeps_its_fold_controls(kernel: RunningKernel) -> None:
+    """Each step of the diagram unfolds (its parameters) through a checkbox and its label, in
+    HTML alone; the copy buttons, which need script, go, and the note says so."""
+    execution = kernel.run_ok(
+        "from sklearn.pipeline import make_pipeline\n"
+        "from sklearn.preprocessing import StandardScaler\n"
+        "from sklearn.linear_model import LinearRegression\n"
+        "make_pipeline(StandardScaler(), LinearRegression())"
+    )
+    (content,) = rich_outputs(execution)
+    page = content["data"]["text/html"]  # type: ignore[index]
+    assert_inert_bundle(content["data"], "scikit-learn")  # type: ignore[arg-type]
+    boxes = re.findall(r'<input class="sk-toggleable__control[^"]*" id="([^"]+)"', page)
+    labels = re.findall(r'<label for="([^"]+)" class="sk-toggleable__label', page)
+    assert len(boxes) == 3 and labels == boxes, page[:2000]  # the pipeline and its two steps
+    assert all(box.startswith("sbx-") for box in boxes)
+    assert "<script> element" in execution.stream("stderr")
 
 
 def test_an_oversized_output_is_dropped_with_a_note(kernel: RunningKernel) -> None:

@@ -78,6 +78,16 @@ PROBES = (
             f'<form action="{_JS_URL}"><button id="go" formaction="{_JS_URL}">go</button></form>'
         ),
     ),
+    Probe(  # every input becomes a checkbox: no text field to phish with, nothing to submit
+        "form-controls",
+        _html(
+            '<input type="password" name="password" autofocus placeholder="JupyterLab password">'
+            f'<input type="image" src="http://198.51.100.7/x.png" formaction="{_JS_URL}">'
+            f'<input type="submit" form="jp-main-dock-panel" formaction="{_JS_URL}">'
+            f'<input type="checkbox" id="t" onchange="{_JS}"><label for="t">fold</label>'
+            '<label for="jp-top-panel">a label for one of the page\'s own controls</label>'
+        ),
+    ),
     Probe(
         "svg-animate",
         _html(

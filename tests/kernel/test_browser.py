@@ -49,6 +49,8 @@ ORDINARY_CELLS = [
     "handle = display('shown-first', display_id=True)\nhandle.update('updated-by-id')",
     # pandas' Styler: its CSS names its cells by id, which the firewall renames and scopes.
     "pd.DataFrame({'a': [1, 3, 2]}).style.highlight_max(color='yellow')",
+    # scikit-learn's estimator diagram: its steps unfold through a checkbox and its label.
+    "from sklearn.linear_model import LinearRegression\nLinearRegression()",
 ]
 # An output that would restyle the page or clobber a global it reads (CVE-2024-43805's shape),
 # with no script: the checks below look at the page itself.
@@ -229,6 +231,10 @@ def test_no_probe_runs_script_in_jupyterlab(lab: Lab, browser: Any, tmp_path: Pa
         assert outputs.get_by_text("updated-by-id").count() == 1, "update_display not applied"
         assert outputs.get_by_text("shown-first").count() == 0, "the old display stayed"
         _page_keeps_its_shape(page)
+        parameters = outputs.locator("div.sk-toggleable__content").first
+        unfolded = parameters.is_visible()  # a lone estimator starts unfolded
+        outputs.locator("label.sk-toggleable__label").first.click()
+        assert parameters.is_visible() != unfolded, "scikit-learn's diagram does not fold"
 
         # Saved, the notebook is signed as trusted; reopened, its outputs render again.
         page.evaluate("window.jupyterapp.commands.execute('docmanager:save')")

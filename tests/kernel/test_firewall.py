@@ -250,6 +250,23 @@ def test_ids_are_prefixed_and_names_removed() -> None:
     assert "name attribute" in cleaned.removed
 
 
+def test_the_one_form_control_is_a_checkbox_and_its_label_follows_its_id() -> None:
+    cleaned = clean_html(
+        '<input type="password" name="p" value="x" autofocus form="f">'
+        '<input id="fold" type="checkbox" checked><label for="fold">more</label>'
+    )
+    password, fold = re.findall(r"<input[^>]*>", cleaned.text)
+    assert password == '<input type="checkbox">'
+    prefix = re.search(r'id="(sbx-[0-9a-f]{10}-)fold"', fold)
+    assert prefix is not None and 'checked=""' in fold
+    assert f'<label for="{prefix[1]}fold">more</label>' in cleaned.text
+    assert "<input> other than a checkbox (shown as one)" in cleaned.removed
+    assert {"name attribute", "value attribute", "autofocus attribute", "form attribute"} <= set(
+        cleaned.removed
+    )
+    assert clean_html('<input type="checkbox" id="a"><label for="a">x</label>').removed == []
+
+
 @pytest.mark.parametrize(
     "css",
     [
