@@ -14,12 +14,17 @@ own, since libraries here were built for this platform's intp:
 
     array, asarray, asanyarray, arange, zeros, ones, empty, full, fromiter, random.randint
     sum, prod, cumsum, cumprod, nansum, nanprod (int32 accumulates in int64, as on Linux)
+    the methods a.sum() and a.prod() (`(a > 0).sum()` counts in int64)
     concatenate of Python sequences, where(c, x, y) of two Python ints, count_nonzero
 
 Arrays print as they do there too: `array([7, 8, 9])` for int64, `dtype=int32` named.
 
-What stays 32-bit (README, "numpy's 32-bit integer"): ndarray methods (`a.astype(int)`,
-`a.sum()` of an int32 array), indices NumPy returns (argmax, nonzero, the one-argument where,
+The two methods can be changed because ndarray's C code calls Python functions for them
+(numpy._core._methods._sum and _prod), looked up when first called: the caller is the frame
+above those functions, as for the functions above.
+
+What stays 32-bit (README, "numpy's 32-bit integer"): the other ndarray methods
+(`a.astype(int)`, `a.cumsum()`), indices NumPy returns (argmax, nonzero, the one-argument where,
 argsort, bincount: intp), and arrays numpy's C code makes for other libraries. pandas'
 integers are int64 already.
 
@@ -38,6 +43,7 @@ _PATCHED = "__sandbox_kernel_int64__"
 _CREATORS = ("array", "asarray", "asanyarray", "fromiter")
 _FILLED = ("zeros", "ones", "empty")
 _REDUCTIONS = ("sum", "prod", "cumsum", "cumprod", "nansum", "nanprod")
+_METHODS = ("_sum", "_prod")  # what ndarray.sum and ndarray.prod call (numpy._core._methods)
 
 
 def patch(np: Any) -> None:
@@ -209,3 +215,7 @@ def _reductions(np: Any) -> None:
 
     for name in _REDUCTIONS:
         _replace(np, name, reduction)
+    methods = sys.modules.get("numpy._core._methods")
+    for name in _METHODS:
+        if callable(getattr(methods, name, None)):
+            _replace(methods, name, reduction)

@@ -24,6 +24,8 @@ NUMPY_CELLS = [
     "np.where(np.array([0.5, -1.0, 2.0]) > 0, 2, -2)",
     "np.count_nonzero(np.arange(10) < 6)",
     "np.array([1, 2], dtype=np.int32)",
+    "(np.array([0.5, -1.0, 2.0]) > 0).sum()",
+    "np.ones((2, 3), dtype=bool).sum(axis=1)",
 ]
 
 

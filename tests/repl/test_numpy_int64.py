@@ -39,6 +39,13 @@ AS_ON_LINUX = {
     "repr(np.where(np.array([1.5, -2.0]) > 0, 2, -2))": "'array([ 2, -2])'",
     "repr(np.count_nonzero(np.arange(10) < 6))": "'np.int64(6)'",
     "repr(np.count_nonzero(np.eye(2), axis=0))": "'array([1, 1])'",
+    # The methods sum and prod (ndarray's C code calls numpy._core._methods for them).
+    "repr((np.array([1.5, -2.0, 3.0]) > 0).sum())": "'np.int64(2)'",
+    "repr(np.eye(2, dtype=bool).sum(axis=0))": "'array([1, 1])'",
+    "int(np.arange(100_000, dtype=np.int32).sum())": "4999950000",
+    "repr(np.ones(2, dtype=np.uint8).prod())": "'np.uint64(1)'",
+    "repr(np.ones(2, dtype=np.int32).sum(dtype=np.int32))": "'np.int32(2)'",
+    "repr(np.ones(2).sum())": "'np.float64(2.0)'",
     # Kept: explicit dtypes, arrays' own, floats.
     "str(np.array([1, 2], dtype=np.int32).dtype)": "'int32'",
     "str(np.array(np.arange(3, dtype=np.int16)).dtype)": "'int16'",
@@ -88,6 +95,17 @@ def test_what_stays_32_bit_is_what_the_readme_says(session: ReplSandbox) -> None
     assert done.result == {"text/plain": "['int32', 'int32', 'int32']"}
 
 
+def test_a_librarys_own_calls_get_numpys_integer(session: ReplSandbox) -> None:
+    """Libraries here were built for this platform's intp: their calls are numpy's own."""
+    done = session.execute(
+        "import types\n"
+        "library = types.ModuleType('library')\n"
+        "exec('def count(a):\\n    return (a > 0).sum(), a.prod()', library.__dict__)\n"
+        "[str(x.dtype) for x in library.count(np.arange(1, 4, dtype=np.int16))]"
+    )
+    assert done.result == {"text/plain": "['int32', 'int32']"}, done
+
+
 def test_the_functions_still_look_like_numpys(session: ReplSandbox) -> None:
     done = session.execute("(np.array.__name__, np.sum.__doc__ == np.sum.__wrapped__.__doc__)")
     assert done.result == {"text/plain": "('array', True)"}
@@ -101,8 +119,10 @@ def test_numpy_from_a_warm_image_is_patched_too(tmp_path: Path) -> None:
     )
     for _ in range(2):  # the first session makes the image, the second starts from it
         with ReplSandbox(config) as repl:
-            done = repl.execute("import numpy as np\nint(np.arange(100_000).sum())")
-            assert done.result == {"text/plain": "4999950000"}, done
+            done = repl.execute(
+                "import numpy as np\n(int(np.arange(100_000).sum()), (np.arange(5) > 1).sum())"
+            )
+            assert done.result == {"text/plain": "(4999950000, np.int64(3))"}, done
 
 
 def test_the_expected_values_are_those_of_numpy_on_linux() -> None:
