@@ -25,9 +25,9 @@ POLICY = ExecutionPolicy(fuel_budget=10**12, timeout_seconds=300, memory_bytes=1
 SETUP = """
 import time, numpy as np, pandas as pd, numpy._core._methods as methods
 PATCHED = {}
-for owner, names in ((methods, ("_sum", "_prod")), (np, ("array", "asarray", "asanyarray", "fromiter", "zeros", "ones",
+for owner, names in ((np, ("array", "asarray", "asanyarray", "fromiter", "zeros", "ones",
         "empty", "full", "arange", "sum", "prod", "cumsum", "cumprod", "nansum", "nanprod")),
-        (np.random, ("randint",))):
+        (np.random, ("randint", "permutation", "choice")), (methods, ("_sum", "_prod"))):
     for name in names:
         PATCHED[(owner, name)] = getattr(owner, name)
 

@@ -12,7 +12,8 @@ int64 where they would give the default integer (an explicit dtype other than `i
 is kept, and so is the dtype of an array passed in); called from a library they are numpy's
 own, since libraries here were built for this platform's intp:
 
-    array, asarray, asanyarray, arange, zeros, ones, empty, full, fromiter, random.randint
+    array, asarray, asanyarray, arange, zeros, ones, empty, full, fromiter, random.randint,
+    random.permutation and random.choice of a Python int
     sum, prod, cumsum, cumprod, nansum, nanprod (int32 accumulates in int64, as on Linux)
     the methods a.sum() and a.prod() (`(a > 0).sum()` counts in int64)
     concatenate of Python sequences, where(c, x, y) of two Python ints, count_nonzero
@@ -101,6 +102,8 @@ def _creators(np: Any) -> None:
     _replace(np, "full", lambda original: _full(original, int64))
     _replace(np, "arange", lambda original: _arange(original, int64))
     _replace(np.random, "randint", _randint)
+    for name in ("permutation", "choice"):  # of a Python int n: drawn from arange(n)
+        _replace(np.random, name, lambda original: _drawn_from_range(original, int64, default))
 
 
 def _creator(original: Any, int64: Any, default: Any) -> Any:
@@ -187,6 +190,16 @@ def _combiners(np: Any) -> None:
     _replace(np, "concatenate", concatenate)
     _replace(np, "where", where)
     _replace(np, "count_nonzero", count_nonzero)
+
+
+def _drawn_from_range(original: Any, int64: Any, default: Any) -> Any:
+    def draw(a: Any, *args: Any, **kw: Any) -> Any:
+        drawn = original(a, *args, **kw)
+        if type(a) is int and getattr(drawn, "dtype", None) == default:  # the same numbers
+            return drawn.astype(int64)  # an array, or one numpy integer (choice(5))
+        return drawn
+
+    return draw
 
 
 def _randint(original: Any) -> Any:

@@ -46,6 +46,11 @@ AS_ON_LINUX = {
     "repr(np.ones(2, dtype=np.uint8).prod())": "'np.uint64(1)'",
     "repr(np.ones(2, dtype=np.int32).sum(dtype=np.int32))": "'np.int32(2)'",
     "repr(np.ones(2).sum())": "'np.float64(2.0)'",
+    # Drawn from range(n): the numbers numpy draws, as int64.
+    "np.random.seed(0) or repr(np.random.permutation(5))": "'array([2, 0, 1, 3, 4])'",
+    "np.random.seed(1) or repr(np.random.choice(10, 3, replace=False))": "'array([2, 9, 6])'",
+    "np.random.seed(2) or repr(np.random.choice(10))": "'8'",
+    "repr(np.random.permutation(np.array([3], dtype=np.int32)))": "'array([3], dtype=int32)'",
     # Kept: explicit dtypes, arrays' own, floats.
     "str(np.array([1, 2], dtype=np.int32).dtype)": "'int32'",
     "str(np.array(np.arange(3, dtype=np.int16)).dtype)": "'int16'",
