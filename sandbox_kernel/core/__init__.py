@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from sandbox_kernel._lazy import lazy_getattr
+from sandbox_kernel._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from sandbox_kernel.core.errors import (
@@ -46,28 +46,10 @@ __all__ = [
 
 # Each name is imported from its module on first use: a module that needs only the errors
 # (the guest library, the kernel's first reply) does not build the policy's models.
-__getattr__ = lazy_getattr(
+__getattr__ = lazy_exports(
     __name__,
-    {
-        **dict.fromkeys(
-            (
-                "FieldError",
-                "GuestImageCorrupt",
-                "GuestImageNotFound",
-                "PolicyValidationError",
-                "SandboxAbandoned",
-                "SandboxBusyError",
-                "SandboxError",
-                "SandboxExecutionError",
-            ),
-            "sandbox_kernel.core.errors",
-        ),
-        **dict.fromkeys(("SandboxLogger", "SecurityEventKind"), "sandbox_kernel.core.logging"),
-        **dict.fromkeys(("ExecutionPolicy", "load_policy"), "sandbox_kernel.core.policy"),
-        **dict.fromkeys(
-            ("LimitKind", "RuntimeType", "SandboxResult"), "sandbox_kernel.core.results"
-        ),
-    },
+    __all__,
+    tuple(f"{__name__}.{module}" for module in ("errors", "logging", "policy", "results")),
 )
 
 

@@ -8,19 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from sandbox_kernel._lazy import lazy_getattr
-
-__getattr__ = lazy_getattr(
-    __name__,
-    {
-        "ReplBackend": "sandbox_kernel.repl.base",
-        "ReplSandbox": "sandbox_kernel.repl.sandbox",
-        **dict.fromkeys(
-            ("CodeExecution", "DisplayMessage", "ExecutionStatus", "REPLConfig"),
-            "sandbox_kernel.repl.models",
-        ),
-    },
-)
+from sandbox_kernel._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from sandbox_kernel.repl.base import ReplBackend
@@ -41,6 +29,10 @@ __all__ = [
     "ReplSandbox",
     "create_repl",
 ]
+
+__getattr__ = lazy_exports(
+    __name__, __all__, tuple(f"{__name__}.{module}" for module in ("models", "base", "sandbox"))
+)
 
 
 def create_repl(config: REPLConfig | None = None) -> ReplBackend:
