@@ -18,6 +18,9 @@ FOREVER = {"query_type": "python", "dataset_id": "retail", "python_code": "while
 
 
 def test_a_cancel_stops_the_running_step(settings: RunnerSettings) -> None:
+    # The dataset's warm image first: made cold (a new guest driver), loading it takes longer
+    # than the second below, and the cancel would land there rather than in the query.
+    assert run_request({**FOREVER, "python_code": "result = 1"}, settings=settings).ok
     cancellation = Cancellation()
     threading.Timer(1.0, cancellation.cancel).start()
     started = time.monotonic()
