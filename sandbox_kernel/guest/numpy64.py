@@ -16,7 +16,8 @@ own, since libraries here were built for this platform's intp:
     random.permutation and random.choice of a Python int
     sum, prod, cumsum, cumprod, nansum, nanprod (int32 accumulates in int64, as on Linux)
     the methods a.sum() and a.prod() (`(a > 0).sum()` counts in int64)
-    concatenate of Python sequences, where(c, x, y) of two Python ints, count_nonzero
+    concatenate of Python sequences, where(c, x, y) of two Python ints, count_nonzero,
+    np.r_ and np.c_ of slices and Python ints
 
 Arrays print as they do there too: `array([7, 8, 9])` for int64, `dtype=int32` named.
 
@@ -190,6 +191,33 @@ def _combiners(np: Any) -> None:
     _replace(np, "concatenate", concatenate)
     _replace(np, "where", where)
     _replace(np, "count_nonzero", count_nonzero)
+    _index_tricks(np, intp, int64)
+
+
+def _index_tricks(np: Any, intp: Any, int64: Any) -> None:
+    """np.r_[1:4, 7] and np.c_[1:6, -10:-5]: numpy makes a slice's numbers with its own
+    arange, so of slices and Python ints they are int64 as on Linux. Any other part (an
+    array, a numpy scalar) leaves numpy's result as it is."""
+    module = sys.modules.get("numpy.lib._index_tricks_impl")
+    concatenator = getattr(module, "AxisConcatenator", None)
+    if concatenator is None:
+        return
+
+    def plain(part: Any) -> bool:  # a slice, a Python int, a directive ("r", "0,2"), lists
+        if isinstance(part, slice | str) or type(part) is int:
+            return True
+        return isinstance(part, list | tuple) and all(plain(item) for item in part)
+
+    def getitem(original: Any) -> Any:
+        def index(self: Any, key: Any) -> Any:
+            made = original(self, key)
+            if getattr(made, "dtype", None) == intp and plain(key):
+                return made.astype(int64)
+            return made
+
+        return index
+
+    _replace(concatenator, "__getitem__", getitem)
 
 
 def _drawn_from_range(original: Any, int64: Any, default: Any) -> Any:

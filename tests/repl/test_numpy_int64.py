@@ -46,6 +46,10 @@ AS_ON_LINUX = {
     "repr(np.ones(2, dtype=np.uint8).prod())": "'np.uint64(1)'",
     "repr(np.ones(2, dtype=np.int32).sum(dtype=np.int32))": "'np.int32(2)'",
     "repr(np.ones(2).sum())": "'np.float64(2.0)'",
+    "repr(np.c_[1:3, -10:-8])": "'array([[  1, -10],\\n       [  2,  -9]])'",
+    "repr(np.r_[1:4, 7, [8, 9]])": "'array([1, 2, 3, 7, 8, 9])'",
+    "repr(np.r_[np.array([1, 2], dtype=np.int32), 3])": "'array([1, 2, 3], dtype=int32)'",
+    "repr(np.r_[-1:1:5j])": "'array([-1. , -0.5,  0. ,  0.5,  1. ])'",
     # Drawn from range(n): the numbers numpy draws, as int64.
     "np.random.seed(0) or repr(np.random.permutation(5))": "'array([2, 0, 1, 3, 4])'",
     "np.random.seed(1) or repr(np.random.choice(10, 3, replace=False))": "'array([2, 9, 6])'",
