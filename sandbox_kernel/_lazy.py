@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import importlib
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["lazy_exports", "lazy_getattr"]
+__all__ = ["lazy_getattr"]
 
 
 def lazy_getattr(package: str, homes: Mapping[str, str]) -> Callable[[str], Any]:
@@ -23,25 +23,5 @@ def lazy_getattr(package: str, homes: Mapping[str, str]) -> Callable[[str], Any]
         value = getattr(importlib.import_module(home), name)
         namespace[name] = value
         return value
-
-    return __getattr__
-
-
-def lazy_exports(
-    package: str, names: Sequence[str], modules: Sequence[str]
-) -> Callable[[str], Any]:
-    """The `__getattr__` of `package` for `names`, each found in the first of `modules` (in
-    order, imported as needed) that defines it, then kept in the package."""
-    namespace = vars(sys.modules[package])
-    exported = frozenset(names)
-
-    def __getattr__(name: str) -> Any:
-        if name in exported:
-            for module in modules:
-                found = getattr(importlib.import_module(module), name, None)
-                if found is not None:
-                    namespace[name] = found
-                    return found
-        raise AttributeError(f"module {package!r} has no attribute {name!r}")
 
     return __getattr__

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from sandbox_kernel._lazy import lazy_exports
+from sandbox_kernel._lazy import lazy_getattr
 
 if TYPE_CHECKING:
     from sandbox_kernel.core.errors import (
@@ -44,13 +44,28 @@ __all__ = [
     "load_policy",
 ]
 
-# Each name is imported from its module on first use: a module that needs only the errors
-# (the guest library, the kernel's first reply) does not build the policy's models.
-__getattr__ = lazy_exports(
-    __name__,
-    __all__,
-    tuple(f"{__name__}.{module}" for module in ("errors", "logging", "policy", "results")),
-)
+# Imported on first use: a module that needs only the errors (the guest library, the kernel's
+# first reply) does not build the policy's models.
+_HOMES = {
+    "ExecutionPolicy": "sandbox_kernel.core.policy",
+    "FieldError": "sandbox_kernel.core.errors",
+    "GuestImageCorrupt": "sandbox_kernel.core.errors",
+    "GuestImageNotFound": "sandbox_kernel.core.errors",
+    "LimitKind": "sandbox_kernel.core.results",
+    "load_policy": "sandbox_kernel.core.policy",
+    "PolicyValidationError": "sandbox_kernel.core.errors",
+    "RuntimeType": "sandbox_kernel.core.results",
+    "SandboxAbandoned": "sandbox_kernel.core.errors",
+    "SandboxBusyError": "sandbox_kernel.core.errors",
+    "SandboxError": "sandbox_kernel.core.errors",
+    "SandboxExecutionError": "sandbox_kernel.core.errors",
+    "SandboxLogger": "sandbox_kernel.core.logging",
+    "SandboxResult": "sandbox_kernel.core.results",
+    "SecurityEventKind": "sandbox_kernel.core.logging",
+}
+
+
+__getattr__ = lazy_getattr(__name__, _HOMES)
 
 
 def __dir__() -> list[str]:

@@ -135,10 +135,7 @@ class SandboxKernel(Kernel):
     def _prepare(self) -> None:
         """On the start thread: the settings (the policy file, the environment) and what the
         kernel builds from them."""
-        from sandbox_kernel.kernel.comms import KernelComms
         from sandbox_kernel.kernel.data_magics import DataMagics
-        from sandbox_kernel.kernel.firewall import OutputFirewall
-        from sandbox_kernel.kernel.publisher import Publisher
         from sandbox_kernel.kernel.runlog import RunLog
         from sandbox_kernel.kernel.settings import KernelSettings
 
@@ -147,9 +144,7 @@ class SandboxKernel(Kernel):
         self.settings = self.data.settings
         self.runlog = RunLog(self.settings.run_log)
         policy = self.settings.policy  # the guarded spec never trusts outputs (settings.py)
-        self.firewall = OutputFirewall(policy.trust_outputs, policy.display_max_bytes)
-        self.out = Publisher(self.firewall, self._send_iopub)
-        self.comms = KernelComms(self)
+        self._outputs(policy.trust_outputs, policy.display_max_bytes)
         self.llm_error = self.settings.llm_error
         self.llm = self._llm_service()
         config = self.settings.repl_config(
@@ -167,18 +162,23 @@ class SandboxKernel(Kernel):
             config.on_llm_query = config.on_rlm_query = self._llm_unusable
         self._repl_config = config
 
+    def _outputs(self, trusted: bool = False, max_bytes: int | None = None) -> None:
+        """The firewall and what publishes through it: outputs, and comms both ways."""
+        from sandbox_kernel.kernel.comms import KernelComms
+        from sandbox_kernel.kernel.firewall import DEFAULT_MAX_BYTES, OutputFirewall
+        from sandbox_kernel.kernel.publisher import Publisher
+
+        limit = DEFAULT_MAX_BYTES if max_bytes is None else max_bytes
+        self.firewall = OutputFirewall(trusted, limit)
+        self.out = Publisher(self.firewall, self._send_iopub)
+        self.comms = KernelComms(self)
+
     def _unprepared(self, exc: Exception) -> None:
         """What a kernel whose settings could not be read keeps: the default firewall, so that
         its replies still go out, and the reason, which every cell's error then gives."""
-        from sandbox_kernel.kernel.comms import KernelComms
-        from sandbox_kernel.kernel.firewall import OutputFirewall
-        from sandbox_kernel.kernel.publisher import Publisher
-
         self._unready = f"{type(exc).__name__}: {exc}"
         self.log.error("sandbox-kernel could not read its settings: %s", self._unready)
-        self.firewall = OutputFirewall()
-        self.out = Publisher(self.firewall, self._send_iopub)
-        self.comms = KernelComms(self)
+        self._outputs()
         self.llm = None
 
     repl: ReplSandbox  # made on the start thread (_start_session)

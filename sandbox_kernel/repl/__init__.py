@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from sandbox_kernel._lazy import lazy_exports
+from sandbox_kernel._lazy import lazy_getattr
 
 if TYPE_CHECKING:
     from sandbox_kernel.repl.base import ReplBackend
@@ -30,9 +30,17 @@ __all__ = [
     "create_repl",
 ]
 
-__getattr__ = lazy_exports(
-    __name__, __all__, tuple(f"{__name__}.{module}" for module in ("models", "base", "sandbox"))
-)
+_HOMES = {
+    "CodeExecution": "sandbox_kernel.repl.models",
+    "DisplayMessage": "sandbox_kernel.repl.models",
+    "ExecutionStatus": "sandbox_kernel.repl.models",
+    "REPLConfig": "sandbox_kernel.repl.models",
+    "ReplBackend": "sandbox_kernel.repl.base",
+    "ReplSandbox": "sandbox_kernel.repl.sandbox",
+}
+
+
+__getattr__ = lazy_getattr(__name__, _HOMES)
 
 
 def create_repl(config: REPLConfig | None = None) -> ReplBackend:
