@@ -228,7 +228,7 @@ def bound_rules(rounds: int = 40) -> None:
 
 def _searched_marks(changed: bytearray, runs: list[tuple[int, int]]) -> None:
     """The page map's marks as they were made before the set of known runs: a search per run."""
-    shift, pages = session_module._PAGE_SHIFT, len(changed)
+    shift, pages = write_watch.PAGE_SIZE.bit_length() - 1, len(changed)
     for offset, length in runs:
         first, end = offset >> shift, (offset + length + write_watch.PAGE_SIZE - 1) >> shift
         if changed.find(0, first, end) >= 0:

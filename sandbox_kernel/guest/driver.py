@@ -27,6 +27,7 @@ import linecache
 import os
 import sys
 import traceback
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -181,6 +182,7 @@ class Driver(Binding):
         self.packages: str | None = None  # the session's %pip folder
         self._outcome: dict[str, Any] = {}  # what the shell reported for the running cell
         self._shell_suspect = False  # a cell failed: probe the shell before the next one
+        self._image: tuple[list[object], Any] = ([], None)  # list_image's, until image_listed
 
     # -- cells ---------------------------------------------------------------------------
 
@@ -411,6 +413,58 @@ class Driver(Binding):
         """The guest's open comms, for comm_info_reply (comms.py)."""
         sys.modules["sandbox_kernel_comms"].info(target_name)
 
+    def list_image(self) -> None:
+        """Send the host the addresses of the warm image's objects, for it to make them
+        immortal (host/immortal.py), and hold each one until image_listed().
+
+        Immortal objects are never counted: a cell that calls pandas no longer writes the
+        reference counts of the functions, modules and types it touches, each on a page of
+        its own, which the write watch would then see and the rollback image copy (a third
+        of the pages a trivial IPython cell writes). The objects are the collector's
+        (gc.freeze() has just put them in its permanent generation) and those they refer to.
+        Left out: frames, generators and coroutines (what their stacks hold may no longer be
+        theirs), ints (made immortal, some corrupt the heap a few statements later: left
+        out, as the image gains little from them), and what is immortal already."""
+        import array
+        import gc
+
+        is_immortal = sys._is_immortal  # type: ignore[attr-defined]  # 3.14 and later
+        gc.unfreeze()
+        containers = gc.get_objects()
+        gc.freeze()
+        held: list[object] = []
+        seen: set[int] = set()
+        addresses = array.array("I")  # wasm32: an address is 32 bits
+        for container in containers:
+            if type(container) in _RUNNING_CODE:
+                continue
+            for each in (container, *gc.get_referents(container)):
+                address = id(each)
+                if address in seen or isinstance(each, int) or is_immortal(each):
+                    continue
+                seen.add(address)
+                held.append(each)
+                addresses.append(address)
+        where, count = addresses.buffer_info()
+        # None's count says how this build counts: the host writes only to a layout it knows.
+        listing = {"address": where, "count": count, "static": sys.getrefcount(None)}
+        self._image = (held, addresses)
+        try:
+            self.request("value", name="__image__", found=True, value=listing)
+        except BaseException:  # refused (not the host's warm start): nothing will be written
+            self._image = ([], None)
+            raise
+
+    def image_listed(self) -> None:
+        """After the host's writes: every listed object is immortal, or the session fails
+        to start (the host wrote where it should not have)."""
+        held, _ = self._image
+        self._image = ([], None)
+        is_immortal = sys._is_immortal  # type: ignore[attr-defined]
+        mortal = sum(1 for each in held if not is_immortal(each))
+        if mortal:
+            raise SystemError(f"{mortal:,} of {len(held):,} image objects are not immortal")
+
     def ping(self) -> None:
         """Answer the host's health check: this driver still runs and reaches the door."""
         self.repair()
@@ -454,6 +508,15 @@ class Driver(Binding):
                 error = {"ename": type(exc).__name__, "evalue": safe_str(exc)}
                 results[key] = {"status": "error", **error, "traceback": []}
         self.request("value", name="__expressions__", found=True, value=results)
+
+
+# Objects whose traversal shows what their running code's stack holds (list_image).
+_RUNNING_CODE = (
+    types.FrameType,
+    types.GeneratorType,
+    types.CoroutineType,
+    types.AsyncGeneratorType,
+)
 
 
 def _is_usage_error(exc: BaseException) -> bool:

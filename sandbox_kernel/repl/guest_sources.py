@@ -22,7 +22,7 @@ from sandbox_kernel.host.guest_library import (
     PACKAGE_MODULES,
     requirements_text,
 )
-from sandbox_kernel.repl.protocol import DRIVER_PARTS
+from sandbox_kernel.repl.protocol import DRIVER_NAME, DRIVER_PARTS
 
 __all__ = [
     "GUEST_MODULES",
@@ -131,7 +131,9 @@ def warm_imports(modules: tuple[str, ...], ipython: bool = False) -> str:
     It ends by moving every object alive into the collector's permanent generation
     (`gc.freeze()`, as forking servers do before they fork): a later collection walks only
     what cells made, so it leaves the image's pages alone. A full collection writes to every
-    object it visits, and made all 40 MB of an IPython session's heap a kernel's own copy."""
+    object it visits, and made all 40 MB of an IPython session's heap a kernel's own copy.
+    Then the driver lists those objects for the host to make immortal (Driver.list_image):
+    their reference counts are not written again either."""
     name = "__sandbox_kernel_module__"
     imports = f"for {name} in {modules!r}:\n    __import__({name})\ndel {name}\n"
     if ipython:  # imported as a cell imports them: with IPython's builtins (get_ipython), which
@@ -139,4 +141,5 @@ def warm_imports(modules: tuple[str, ...], ipython: bool = False) -> str:
         indented = "".join(f"    {line}\n" for line in imports.splitlines())
         imports = "with __import__('IPython').get_ipython().builtin_trap:\n" + indented
         imports += "__import__('sys').modules['sandbox_kernel_shell'].warm_tracebacks()\n"
-    return imports + "__import__('gc').collect()\n__import__('gc').freeze()\n"
+    frozen = "__import__('gc').collect()\n__import__('gc').freeze()\n"
+    return imports + frozen + f"{DRIVER_NAME}.list_image()\n"

@@ -324,3 +324,41 @@ def test_a_batched_callback_slower_than_the_cell_timeout(
     assert result.status is ExecutionStatus.TIMEOUT
     assert time.monotonic() - started < 15  # not the callbacks' 30 s
     door.assert_survived(repl)
+
+
+# --- the warm image's listing ---------------------------------------------------------------
+
+_FORGED_LISTING = """
+import array, sys
+target = object()
+before = sys.getrefcount(target)
+addresses = array.array('I', [id(target)] * 4)
+where, count = addresses.buffer_info()
+refusals = []
+for forged in (
+    lambda: __sandbox_kernel__.request(
+        'value', name='__image__', found=True,
+        value={'address': where, 'count': count, 'static': sys.getrefcount(None)},
+    ),
+    __sandbox_kernel__.list_image,
+):
+    try:
+        forged()
+    except RuntimeError as exc:
+        refusals.append(str(exc))
+__sandbox_kernel__.image_listed()
+print(refusals, sys.getrefcount(target) == before, sys._is_immortal(target))
+"""
+
+
+def test_a_cell_cannot_have_the_host_write_its_listing(door: Door) -> None:
+    """The host makes listed objects immortal only as it makes a warm image, from the list
+    the driver sent in that turn (Driver.list_image): a cell's forged listing, or the driver's
+    own call made again from a cell, is refused, and no count in the guest changes."""
+    repl = door.repl()
+    result = repl.execute(_FORGED_LISTING)
+    assert result.ok, result.error
+    assert result.stdout.count("unexpected value request") == 2, result.stdout
+    assert result.stdout.rstrip().endswith("True False"), result.stdout
+    assert "__image__" not in repl.bridge.values
+    door.assert_survived(repl)

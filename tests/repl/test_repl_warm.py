@@ -119,3 +119,61 @@ def test_an_image_is_only_reused_with_the_same_folders(
     finally:
         repl.destroy()
     assert len(_images(private_cache)) == 2, "each folder layout has its own image"
+
+
+IMMORTAL_CHECKS = """
+import gc, json, sys
+made = object()
+(
+    sys._is_immortal(json), sys._is_immortal(json.dumps), sys._is_immortal(json.JSONEncoder),
+    sys._is_immortal(vars(json)), sys._is_immortal(made), sys.getrefcount(made),
+)
+"""
+# What leans on the counts: the collector, a module reloaded and dropped, cycles through the
+# image's objects, a finalizer, deep copies of the image's structures.
+STILL_WORKS = """
+import copy, gc, importlib, json, sys, weakref
+gc.unfreeze()
+collected = gc.collect()
+importlib.reload(json)
+del sys.modules['json']
+import json
+class Node:
+    def __init__(self):
+        self.me, self.encoder = self, json.JSONEncoder
+finalized = []
+node = Node()
+weakref.finalize(node, finalized.append, 'gone')
+del node
+gc.collect()
+copied = copy.deepcopy(sys.modules['json.decoder'].BACKSLASH)
+json.loads(json.dumps({'a': [1, 2.5, None]})), finalized, len(copied) > 5
+"""
+
+
+def test_the_image_objects_are_immortal_and_the_cells_own_are_not(
+    private_cache: Path, workspace: Path
+) -> None:
+    """The warm image's objects are made immortal (host/immortal.py), so cells do not write
+    their counts; a cell's own objects are counted as ever, and what relies on counts (the
+    collector, finalizers, a reload, the rollback) works as before."""
+    config = repl_config(workspace, warm_start_modules=("json",), interrupt_grace_seconds=0.5)
+    new_repl(config).destroy()  # makes the image
+    repl = new_repl(config)
+    try:
+        assert plain(run_ok(repl, IMMORTAL_CHECKS)) == "(True, True, True, True, False, 2)"
+        assert plain(run_ok(repl, STILL_WORKS)) == "({'a': [1, 2.5, None]}, ['gone'], True)"
+        run_ok(repl, "kept = [json.dumps(i) for i in range(1000)]")
+        timer = threading.Timer(0.3, repl.cancel)
+        timer.start()
+        hard = repl.execute("sum(range(10**11))")
+        timer.join()
+        assert hard.status is ExecutionStatus.CANCELLED and hard.rolled_back is True
+        assert (
+            plain(
+                run_ok(repl, "len(kept), sys._is_immortal(sys.modules['json.decoder'].JSONDecoder)")
+            )
+            == "(1000, True)"
+        )
+    finally:
+        repl.destroy()
