@@ -20,15 +20,20 @@ update_display_data, payloads, user_expressions, inspect replies) is reduced to:
                                            holoviews "exec" types, unknown types
 
 and metadata to the keys frontends use for layout. Every item is capped at the policy's
-`display_max_bytes` in both modes. What was removed is named in `Shown.removed`, which the
-kernel turns into a short visible note. `trust_outputs = true` in the policy (never in the
-guarded spec) passes bundles unchanged but for the caps.
+`display_max_bytes` in both modes. What was removed is named in `Shown.removed`, and the user
+is told: when all of it came out of the bundle's HTML (a scikit-learn estimator's script and
+copy buttons, a table's onclick), in a line under that HTML, where the removal is seen, and
+outside the wrapper that confines the output's own CSS (sanitize.py), so no selector of
+the output's can reach it; otherwise on stderr (Shown.note), as a text client shows it too.
+`trust_outputs = true` in the policy (never in the guarded spec) passes bundles unchanged but
+for the caps.
 
 Must not import: ipykernel (contents are built by messages.py from what this returns).
 """
 
 from __future__ import annotations
 
+import html
 import json
 import re
 from collections.abc import Callable
@@ -72,11 +77,13 @@ class Shown(BaseModel):
     data: dict[str, Any]
     metadata: dict[str, Any]
     removed: tuple[str, ...] = ()
+    in_html: bool = False  # the note on what was removed is in data["text/html"]
 
     @property
     def note(self) -> str | None:
-        """One line for the user when something was removed; None when nothing was."""
-        return removal_note(self.removed) if self.removed else None
+        """One stderr line for the user when something was removed; None when nothing was,
+        or when the HTML says it."""
+        return removal_note(self.removed) if self.removed and not self.in_html else None
 
 
 def removal_note(removed: tuple[str, ...]) -> str:
@@ -89,6 +96,12 @@ def removal_note(removed: tuple[str, ...]) -> str:
     )
 
 
+def _html_note(removed: tuple[str, ...]) -> str:
+    """The same note as a line of HTML, escaped (the names come from the guest's markup)."""
+    text = html.escape(removal_note(removed).strip())
+    return f'<div class="sandbox-kernel-note"><small>{text}</small></div>'
+
+
 class OutputFirewall:
     """Applies the rules above; one per kernel, `trusted` from the policy."""
 
@@ -98,8 +111,9 @@ class OutputFirewall:
 
     # -- bundles -----------------------------------------------------------------------------
 
-    def bundle(self, data: object, metadata: object = None) -> Shown:
-        """The bundle (data, metadata) reduced to what may be shown."""
+    def bundle(self, data: object, metadata: object = None, html_note: bool = True) -> Shown:
+        """The bundle (data, metadata) reduced to what may be shown. With `html_note`, a note
+        on what was removed from the HTML alone goes under that HTML (see the top)."""
         removed: list[str] = []
         kept: dict[str, Any] = {}
         for mime, value in (data if isinstance(data, dict) else {}).items():
@@ -111,7 +125,12 @@ class OutputFirewall:
                 kept[name] = value
             else:
                 self._admit(name, value, kept, removed)
-        return Shown(data=kept, metadata=self._metadata(metadata, kept), removed=tuple(removed))
+        found = tuple(removed)
+        in_html = html_note and _from_html_alone(found, kept)
+        if in_html:
+            kept["text/html"] += _html_note(found)
+        metadata = self._metadata(metadata, kept)
+        return Shown(data=kept, metadata=metadata, removed=found, in_html=in_html)
 
     def _admit(self, mime: str, value: Any, kept: dict[str, Any], removed: list[str]) -> None:
         base = mime.split(";")[0].strip().lower()
@@ -157,7 +176,7 @@ class OutputFirewall:
             if source not in _PAYLOADS:
                 removed.append(f"payload {str(source)[:40]!r}")
             elif source == "page":
-                shown = self.bundle(item.get("data"), None)
+                shown = self.bundle(item.get("data"), None, html_note=False)
                 removed.extend(shown.removed)
                 out.append({"source": "page", "data": shown.data, "start": _int(item.get("start"))})
             elif source == "set_next_input":
@@ -178,12 +197,12 @@ class OutputFirewall:
         """inspect_reply content from the guest's answer; a note in text/plain if cut."""
         if not isinstance(reply, dict) or not reply.get("found"):
             return {"status": "ok", "found": False, "data": {}, "metadata": {}}
-        shown = self.bundle(reply.get("data"), reply.get("metadata"))
+        shown = self.bundle(reply.get("data"), reply.get("metadata"), html_note=False)
         return {"status": "ok", "found": True, **_with_note(shown)}
 
     def user_expression(self, data: object, metadata: object = None) -> dict[str, Any]:
         """One ok user_expressions entry; a note in text/plain if something was removed."""
-        return {"status": "ok", **_with_note(self.bundle(data, metadata))}
+        return {"status": "ok", **_with_note(self.bundle(data, metadata, html_note=False))}
 
     def user_expression_answer(self, answer: object) -> dict[str, Any]:
         """One user_expressions entry from the guest's answer, ok or error, capped."""
@@ -331,6 +350,12 @@ def _items(value: object) -> list[Any]:
 
 def _field(value: object) -> str | int:
     return _text(value, MAX_COMPLETION_CHARS) if isinstance(value, str) else _int(value)
+
+
+def _from_html_alone(removed: tuple[str, ...], kept: dict[str, Any]) -> bool:
+    """True when something was removed, all of it from the text/html that was kept."""
+    html_kept = isinstance(kept.get("text/html"), str)
+    return html_kept and bool(removed) and all(r.endswith(" in text/html") for r in removed)
 
 
 def _with_note(shown: Shown) -> dict[str, Any]:

@@ -98,10 +98,11 @@ class Publisher:
         return error, payload
 
     def _shown(self, msg_type: str, content: dict[str, Any], shown: Shown) -> None:
-        """A bundle that passed the firewall, then the note on what it removed (an output
-        left with nothing to show is not sent: the note says what it was)."""
+        """A bundle that passed the firewall, then the note on what it removed, unless its
+        HTML says it (an output left with nothing to show is not sent: the note says what it
+        was)."""
         if shown.data:
             self._send(msg_type, content)
+        self.removed.extend(shown.removed)  # the run log's record
         if shown.note:
-            self.removed.extend(shown.removed)
             self.stream("stderr", shown.note)

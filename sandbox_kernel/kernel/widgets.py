@@ -189,7 +189,9 @@ class WidgetFirewall:
                 "text": str(output.get("text", "")),
             }
         if kind in ("display_data", "execute_result"):
-            shown = self.firewall.bundle(output.get("data"), output.get("metadata"))
+            shown = self.firewall.bundle(
+                output.get("data"), output.get("metadata"), html_note=False
+            )
             removed.extend(shown.removed)
             kept = {"output_type": kind, "data": shown.data, "metadata": shown.metadata}
             if kind == "execute_result":

@@ -8,6 +8,7 @@ carry guest data: user_expressions, inspect_reply and complete_reply.
 
 from __future__ import annotations
 
+import html
 import json
 import re
 from collections.abc import Iterator
@@ -34,6 +35,13 @@ def rich_outputs(execution: Execution) -> list[dict[str, object]]:
     return [out.content for out in execution.outputs if out.msg_type in kinds]
 
 
+def notes(execution: Execution) -> str:
+    """What the user is told was removed: on stderr, or (removed from the HTML alone) in a
+    line under that HTML."""
+    pages = [str(content["data"].get("text/html", "")) for content in rich_outputs(execution)]  # type: ignore[attr-defined]
+    return execution.stream("stderr") + html.unescape("\n".join(pages))
+
+
 @pytest.mark.parametrize("probe", PROBES, ids=[p.id for p in PROBES])
 def test_probe_leaves_the_kernel_inert(kernel: RunningKernel, probe: Probe) -> None:
     execution = kernel.run(probe.code)
@@ -41,17 +49,31 @@ def test_probe_leaves_the_kernel_inert(kernel: RunningKernel, probe: Probe) -> N
     for content in rich_outputs(execution):
         assert_inert_bundle(content["data"], probe.id)  # type: ignore[arg-type]
         assert "embed_options" not in json.dumps(content["metadata"])
-    assert NOTE in execution.stream("stderr"), execution.describe()
+    assert NOTE in notes(execution), execution.describe()
     assert kernel.run_ok("1 + 1").result() == "2"
 
 
 def test_the_note_names_what_was_removed(kernel: RunningKernel) -> None:
     execution = kernel.run_ok("display({'text/html': '<b>bold</b><script>x()</script>'}, raw=True)")
     (content,) = rich_outputs(execution)
-    assert content["data"] == {"text/html": "<b>bold</b>"}
-    note = execution.stream("stderr")
+    page = content["data"]["text/html"]  # type: ignore[index]
+    assert page.startswith('<b>bold</b><div class="sandbox-kernel-note"><small>'), page
+    assert_inert_bundle(content["data"], "note")  # type: ignore[arg-type]
+    note = notes(execution)
     assert "<script> element in text/html" in note
     assert "trust_outputs" in note
+    assert execution.stream("stderr") == "", "the HTML says it: not on stderr as well"
+
+
+def test_a_removal_outside_the_html_is_noted_on_stderr(kernel: RunningKernel) -> None:
+    execution = kernel.run_ok(
+        "display({'text/html': '<b>bold</b><script>x()</script>', "
+        "'application/javascript': 'y()'}, raw=True)"
+    )
+    (content,) = rich_outputs(execution)
+    assert content["data"] == {"text/html": "<b>bold</b>"}
+    stderr = execution.stream("stderr")
+    assert "<script> element in text/html" in stderr and "application/javascript" in stderr
 
 
 def test_a_bundle_with_nothing_left_is_not_sent_but_named(kernel: RunningKernel) -> None:
@@ -149,7 +171,8 @@ def test_scikit_learns_estimator_diagram_keeps_its_fold_controls(kernel: Running
     labels = re.findall(r'<label for="([^"]+)" class="sk-toggleable__label', page)
     assert len(boxes) == 3 and labels == boxes, page[:2000]  # the pipeline and its two steps
     assert all(box.startswith("sbx-") for box in boxes)
-    assert "<script> element" in execution.stream("stderr")
+    assert "<script> element" in notes(execution)
+    assert execution.stream("stderr") == "", "an estimator's display is noted under it"
 
 
 def test_an_oversized_output_is_dropped_with_a_note(kernel: RunningKernel) -> None:
@@ -189,7 +212,8 @@ def test_the_guarded_spec_never_trusts_outputs(tmp_path: Path) -> None:
     try:
         execution = running.run_ok("display({'text/html': '<script>y()</script>ok'}, raw=True)")
         (content,) = rich_outputs(execution)
-        assert content["data"] == {"text/html": "ok"}
+        page = content["data"]["text/html"]  # type: ignore[index]
+        assert page.startswith("ok<div") and "<script" not in page, page
         assert "trust_outputs: False" in running.run_ok("%policy").stream()
     finally:
         running.shutdown()

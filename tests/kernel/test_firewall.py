@@ -66,6 +66,49 @@ def test_ordinary_output_passes_without_a_note(
         assert shown.data == expected
 
 
+NOTE_CLASS = '<div class="sandbox-kernel-note">'
+
+
+def test_what_came_out_of_the_html_alone_is_said_under_it(firewall: OutputFirewall) -> None:
+    """A script or handler removed from an HTML output is named in a line under that HTML,
+    escaped, outside the wrapper that scopes the output's CSS, and not on stderr."""
+    html = "<style>div { color: red }</style><b>kept</b><script>x()</script>"
+    shown = firewall.bundle({"text/html": html, "text/plain": "Model()"})
+    page = shown.data["text/html"]
+    wrapper_end = page.index("</div>")
+    assert page.index(NOTE_CLASS) > wrapper_end, page  # after the scoped output, not in it
+    assert page.endswith("</small></div>") and "&lt;script&gt; element in text/html" in page
+    assert shown.note is None and shown.in_html
+    assert shown.removed == ("<script> element in text/html",)
+    assert shown.data["text/plain"] == "Model()"  # a text client sees the object, no note
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        {"text/html": "<b>b</b><script>x()</script>", "application/javascript": "x()"},
+        {"text/html": "<b>b</b><script>x()</script>", "image/png": "<not base64>"},
+        {"text/markdown": "<b onclick=x()>md</b>"},
+    ],
+    ids=["and-javascript", "and-a-bad-image", "markdown"],
+)
+def test_anything_removed_elsewhere_keeps_the_note_on_stderr(
+    firewall: OutputFirewall, data: dict[str, object]
+) -> None:
+    shown = firewall.bundle(data)
+    assert shown.note is not None and not shown.in_html
+    assert NOTE_CLASS not in str(shown.data.get("text/html", ""))
+
+
+def test_the_html_note_can_be_turned_off(firewall: OutputFirewall) -> None:
+    """Pages, inspection and user expressions keep theirs in text/plain or on stderr."""
+    shown = firewall.bundle({"text/html": "<b>b</b><script>x()</script>"}, html_note=False)
+    assert shown.data == {"text/html": "<b>b</b>"} and shown.note is not None
+    expression = firewall.user_expression({"text/html": "<i onclick=x()>i</i>"})
+    assert NOTE_CLASS not in expression["data"]["text/html"]
+    assert "the output firewall removed" in expression["data"]["text/plain"]
+
+
 def test_images_must_be_base64_text(firewall: OutputFirewall) -> None:
     shown = firewall.bundle({"image/png": "<svg onload=x()>", "image/jpeg": 12})
     assert shown.data == {}
