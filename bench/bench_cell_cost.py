@@ -24,6 +24,9 @@
    to execute()'s return, and the process's page faults meanwhile; its traceback writes ~1.5
    MB more than a trivial cell) and `x = 1` in turn, then `x = 1` alone; numpy, pandas and
    IPython imported, as in the kernel; medians of 40 (200 alone).
+7. Cold memory: a trivial cell in the kernel's session (numpy, pandas and IPython warm), its
+   turn and its rollback copy, back to back and after 2 ms and 5 ms of idle (a kernel's cells
+   always come after a pause: the reply, the client, the next request); medians of 200.
 """
 
 from __future__ import annotations
@@ -286,6 +289,27 @@ def main() -> None:
     tracebacks()
     marks()
     bound_rules()
+    cold_memory()
+
+
+def cold_memory() -> None:
+    repl = session(ipython=True, warm=WARM)
+    try:
+        for pause in (0.0, 0.002, 0.005):
+            turns, captures = [], []
+            for _ in range(200):
+                time.sleep(pause)
+                done = repl.execute("x = 1", defer_image=True)
+                began = time.perf_counter()
+                repl.take_image(wait=True)
+                captures.append((time.perf_counter() - began) * 1000)
+                turns.append(done.duration_ms)
+            print(
+                f"after {pause * 1000:.0f} ms idle: turn {statistics.median(turns):.2f} ms, "
+                f"rollback copy {statistics.median(captures):.2f} ms"
+            )
+    finally:
+        repl.destroy()
 
 
 if __name__ == "__main__":
