@@ -418,13 +418,14 @@ class Driver(Binding):
         immortal (host/immortal.py), and hold each one until image_listed().
 
         Immortal objects are never counted: a cell that calls pandas no longer writes the
-        reference counts of the functions, modules and types it touches, each on a page of
-        its own, which the write watch would then see and the rollback image copy (a third
-        of the pages a trivial IPython cell writes). The objects are the collector's
+        reference counts of the functions, modules and types it touches, scattered over pages
+        the write watch would then see and the rollback image copy (a trivial cell of the
+        kernel's session wrote 659 pages, now 288). The objects are the collector's
         (gc.freeze() has just put them in its permanent generation) and those they refer to.
         Left out: frames, generators and coroutines (what their stacks hold may no longer be
-        theirs), ints (made immortal, some corrupt the heap a few statements later: left
-        out, as the image gains little from them), and what is immortal already."""
+        theirs), ints (made immortal from a cell, they crashed the guest a few statements
+        later, for a reason not found; the image gains little from them), and what is
+        immortal already. The value's name is IMAGE_LISTING in repl/protocol.py."""
         import array
         import gc
 
