@@ -182,7 +182,6 @@ class Driver(Binding):
         self.packages: str | None = None  # the session's %pip folder
         self._outcome: dict[str, Any] = {}  # what the shell reported for the running cell
         self._shell_suspect = False  # a cell failed: probe the shell before the next one
-        self._image: tuple[list[object], Any] = ([], None)  # list_image's, until image_listed
 
     # -- cells ---------------------------------------------------------------------------
 
@@ -414,57 +413,53 @@ class Driver(Binding):
         sys.modules["sandbox_kernel_comms"].info(target_name)
 
     def list_image(self) -> None:
-        """Send the host the addresses of the warm image's objects, for it to make them
-        immortal (host/immortal.py), and hold each one until image_listed().
+        """Have the host make the warm image's objects immortal (host/immortal.py): their
+        addresses go to it in parts, each written while this waits for the answer, so every
+        listed object is alive when its count is written.
 
         Immortal objects are never counted: a cell that calls pandas no longer writes the
         reference counts of the functions, modules and types it touches, scattered over pages
         the write watch would then see and the rollback image copy (a trivial cell of the
-        kernel's session wrote 659 pages, now 288). The objects are the collector's
+        kernel's session wrote 659 pages, now 260-290). The objects are the collector's
         (gc.freeze() has just put them in its permanent generation) and those they refer to.
         Left out: frames, generators and coroutines (what their stacks hold may no longer be
         theirs), ints (made immortal from a cell, they crashed the guest a few statements
         later, for a reason not found; the image gains little from them), and what is
-        immortal already. The value's name is IMAGE_LISTING in repl/protocol.py."""
+        immortal already, which is also how an object met again is not sent twice.
+
+        This holds no more than one part and the list of containers, since the memory a
+        session starts with keeps whatever its listing used (wasm memory never shrinks): a
+        first version held every object and a set of their addresses until the turn ended,
+        which started sessions 15 MB bigger, and a pandas workload under the library's 128 MB
+        default ran out of memory seven cells sooner."""
         import array
         import gc
 
         is_immortal = sys._is_immortal  # type: ignore[attr-defined]  # 3.14 and later
+        static = sys.getrefcount(None)  # says how this build counts: the host checks it
         gc.unfreeze()
         containers = gc.get_objects()
         gc.freeze()
-        held: list[object] = []
-        seen: set[int] = set()
-        addresses = array.array("I")  # wasm32: an address is 32 bits
+        part = array.array("I")  # wasm32: an address is 32 bits
+
+        def send() -> None:
+            where, count = part.buffer_info()
+            self.request("image", address=where, count=count, static=static)
+            del part[:]
+
         for container in containers:
             if type(container) in _RUNNING_CODE:
                 continue
             for each in (container, *gc.get_referents(container)):
-                address = id(each)
-                if address in seen or isinstance(each, int) or is_immortal(each):
-                    continue
-                seen.add(address)
-                held.append(each)
-                addresses.append(address)
-        where, count = addresses.buffer_info()
-        # None's count says how this build counts: the host writes only to a layout it knows.
-        listing = {"address": where, "count": count, "static": sys.getrefcount(None)}
-        self._image = (held, addresses)
-        try:
-            self.request("value", name="__image__", found=True, value=listing)
-        except BaseException:  # refused (not the host's warm start): nothing will be written
-            self._image = ([], None)
-            raise
-
-    def image_listed(self) -> None:
-        """After the host's writes: every listed object is immortal, or the session fails
-        to start (the host wrote where it should not have)."""
-        held, _ = self._image
-        self._image = ([], None)
-        is_immortal = sys._is_immortal  # type: ignore[attr-defined]
-        mortal = sum(1 for each in held if not is_immortal(each))
-        if mortal:
-            raise SystemError(f"{mortal:,} of {len(held):,} image objects are not immortal")
+                if _image_object(each) and not is_immortal(each):
+                    part.append(id(each))
+            if len(part) >= _IMAGE_PART:
+                send()
+        if part:
+            send()
+        left = sum(1 for c in containers if _image_object(c) and not is_immortal(c))
+        if left and static == _STATIC_IMMORTAL:  # written, yet not immortal: say so
+            raise SystemError(f"{left:,} of the image's objects are not immortal")
 
     def ping(self) -> None:
         """Answer the host's health check: this driver still runs and reaches the door."""
@@ -511,13 +506,21 @@ class Driver(Binding):
         self.request("value", name="__expressions__", found=True, value=results)
 
 
-# Objects whose traversal shows what their running code's stack holds (list_image).
+# list_image: objects whose traversal shows what their running code's stack holds; the
+# addresses sent at a time (64 kB); None's count in a build whose layout the host knows.
+_IMAGE_PART = 16_384
+_STATIC_IMMORTAL = 7 << 28
 _RUNNING_CODE = (
     types.FrameType,
     types.GeneratorType,
     types.CoroutineType,
     types.AsyncGeneratorType,
 )
+
+
+def _image_object(each: object) -> bool:
+    """Whether list_image sends `each` (the reasons are its docstring's)."""
+    return type(each) not in _RUNNING_CODE and not isinstance(each, int)
 
 
 def _is_usage_error(exc: BaseException) -> bool:

@@ -1,8 +1,9 @@
 """Make a warm image's objects immortal: their reference counts are never written again.
 
     make_immortal(memory, address, count, static)   write CPython's immortal count into the
-                                                  objects listed at `address` (the driver's
-                                                  list_image); returns how many
+                                                  objects listed at `address` (a part the
+                                                  driver's list_image sent through the door,
+                                                  while it waits); returns how many
 
 Why: CPython 3.12 and later leave the count of an immortal object alone (PEP 683). A trivial
 IPython cell increments and decrements the counts of a few thousand long-lived objects

@@ -33,9 +33,10 @@ _WAIT_SLICE_SECONDS = 0.01
 MAX_PIP_INSTALLS = 10  # %pip install requests per execution (each runs pip on the host)
 # The driver's own bookkeeping: counted against the per-execution budgets like every request,
 # and taken only when the host asked for it (the cell's one report, the one value a call of
-# ours waits for, the context while it is loaded, hello while the driver installs). Guest code
-# can call the door too: a report nobody asked for is refused and never kept.
-_BOOKKEEPING = frozenset({"hello", "done", "value", "context"})
+# ours waits for, the context while it is loaded, hello while the driver installs, the image's
+# objects while a warm image is made). Guest code can call the door too: a report nobody asked
+# for is refused and never kept.
+_BOOKKEEPING = frozenset({"hello", "done", "value", "context", "image"})
 # The bridge whose request a callback is answering (set in the callback's context).
 _SERVING: contextvars.ContextVar[Bridge | None] = contextvars.ContextVar(
     "sandbox_kernel_serving", default=None
@@ -81,6 +82,10 @@ class Bridge:
         self.expected_value: str | None = None
         self.expecting_context = False
         self.expecting_hello = False
+        self.expecting_image = False
+        # Makes the listed objects immortal (GuestSession.make_immortal): the session's, set
+        # by its owner; None, and an image request is refused.
+        self.immortalize: Callable[[int, int, int], int] | None = None
         self._helper: concurrent.futures.ThreadPoolExecutor | None = None
         # %pip: the wheels the last `pip` request fetched (by SHA-256), in a private folder.
         self._downloads: tempfile.TemporaryDirectory[str] | None = None
@@ -104,11 +109,14 @@ class Bridge:
         value: str | None = None,
         context: bool = False,
         hello: bool = False,
+        image: bool = False,
     ) -> None:
         """What bookkeeping the running turn may send: its cell's report, the value a call of
-        ours waits for, the context, the driver's hello. begin() expects nothing."""
+        ours waits for, the context, the driver's hello, the warm image's objects. begin()
+        expects nothing."""
         self.expected_cell, self.expected_value = cell, value
         self.expecting_context, self.expecting_hello = context, hello
+        self.expecting_image = image
 
     # -- the door ----------------------------------------------------------------------------
 
@@ -155,12 +163,25 @@ class Bridge:
             return request.get("name") == self.expected_value and self.expected_value is not None
         if op == "context":
             return self.expecting_context
+        if op == "image":
+            return self.expecting_image and self.immortalize is not None
         return op == "hello" and self.expecting_hello
 
     def _op_hello(self, request: dict[str, Any]) -> bytes:
         self.expecting_hello = False
         self.flag_magic = bytes.fromhex(str(request.get("flag_magic", "")))
         return ok_answer()
+
+    def _op_image(self, request: dict[str, Any]) -> bytes:
+        """A part of the warm image's objects, made immortal while the driver waits for the
+        answer (so each is alive): how many were."""
+        immortalize = self.immortalize
+        try:
+            fields = (int(request["address"]), int(request["count"]), int(request["static"]))
+            written = immortalize(*fields) if immortalize is not None else 0
+        except (KeyError, TypeError, ValueError) as exc:  # ImageLayoutError is a ValueError
+            return error_answer("ValueError", f"the image's objects were not made immortal: {exc}")
+        return ok_answer(written)
 
     def _op_done(self, request: dict[str, Any]) -> bytes:
         try:

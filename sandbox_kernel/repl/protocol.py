@@ -35,10 +35,11 @@ Guest -> host requests (the driver's side is sandbox_kernel/guest/driver.py):
                                            b"<json header>\n<payload>" with header
                                            {"kind": "none"|"str"|"bytes"|"json", "length": n}
                                            (an error is the usual JSON answer)
-    value      {"name": n, "value": ..., "found": bool}  get_variable's answer -> {"ok": true};
-               with the name IMAGE_LISTING, once, as a warm image is made: where the list of
-               its objects' addresses is, {"address": a, "count": n, "static": None's count},
-               for the host to make them immortal (host/immortal.py)
+    value      {"name": n, "value": ..., "found": bool}  get_variable's answer -> {"ok": true}
+    image      {"address": a, "count": n, "static": None's count}   as a warm image is made
+                                           only: n addresses of its objects, as 32-bit words
+                                           at a, for the host to make immortal now, while the
+                                           driver waits (host/immortal.py) -> {"ok": written}
 
 Host -> guest: the host only ever enters the guest with a `turn` whose source is one call
 into the driver, `__sandbox_kernel__.<method>(<int or repr'd str>, ...)`, so no user text is
@@ -59,7 +60,6 @@ __all__ = [
     "DRIVER_NAME",
     "DRIVER_PARTS",
     "ERROR_TYPES",
-    "IMAGE_LISTING",
     "CellReply",
     "ErrorInfo",
     "binary_answer",
@@ -70,7 +70,6 @@ __all__ = [
 ]
 
 DRIVER_NAME: Final = "__sandbox_kernel__"
-IMAGE_LISTING: Final = "__image__"  # the value name of the driver's list_image()
 # The driver's parts (guest modules, files in sandbox_kernel/guest), in the order they load
 # before driver.py itself: the guest's loader, and Pyodide's worker, send them; under host
 # CPython driver.py loads its own copy of this list (tests/repl/test_driver_parts.py).

@@ -32,7 +32,6 @@ from typing import Any
 from sandbox_kernel.core.errors import SandboxAbandoned, SandboxExecutionError
 from sandbox_kernel.core.results import LimitKind
 from sandbox_kernel.host.artifacts import python_image
-from sandbox_kernel.host.immortal import ImageLayoutError
 from sandbox_kernel.host.memory_image import MemoryImage
 from sandbox_kernel.host.overlay import Overlay, OverlayRefused
 from sandbox_kernel.host.session import GuestSession, SessionConfig, TurnLimits, TurnOutcome
@@ -50,7 +49,7 @@ from sandbox_kernel.repl.models import (
     ExecutionStatus,
     REPLConfig,
 )
-from sandbox_kernel.repl.protocol import DRIVER_NAME, IMAGE_LISTING, run_cell_turn
+from sandbox_kernel.repl.protocol import DRIVER_NAME, run_cell_turn
 from sandbox_kernel.repl.queries import GuestCalls, Streams
 from sandbox_kernel.repl.results import (
     REBUILD_NOTE,
@@ -172,26 +171,15 @@ class ReplSandbox(GuestCalls, BridgedSession):
             if self.bridge.flag_magic is not None:
                 self._session.locate_flag(self.bridge.flag_magic)
             if wanted:
-                self._setup_turn(warm_imports(wanted, ipython), value=IMAGE_LISTING)
-                self._make_image_immortal()
+                self.bridge.immortalize = self._session.make_immortal
+                try:
+                    self._setup_turn(warm_imports(wanted, ipython), image=True)
+                finally:
+                    self.bridge.immortalize = None
                 warm.save(image, driver, wanted, self._session, layout)
         if setup is not None:  # bounded as a cell is: it reads data the operator chose
             self._setup_turn(setup.source, policy.timeout_seconds, policy.fuel_budget)
             warm.save(image, prepared, wanted, self._session, layout, setup.label)
-
-    def _make_image_immortal(self) -> None:
-        """Make the objects the warm imports left immortal (host/immortal.py), before the
-        image is saved: what the driver listed as their turn ended, and held until its check
-        that every one of them now is."""
-        found, listing = self.bridge.values.pop(IMAGE_LISTING, (False, None))
-        try:
-            if not found or not isinstance(listing, dict):
-                raise ImageLayoutError("the driver listed no objects")
-            address, count, static = (int(listing[key]) for key in ("address", "count", "static"))
-            self._session_or_fail().make_immortal(address, count, static)
-        except (ImageLayoutError, KeyError, TypeError, ValueError) as exc:
-            raise SandboxExecutionError(f"the sandbox session could not start: {exc}") from exc
-        self._setup_turn(f"{DRIVER_NAME}.image_listed()")
 
     def _restored(self, saved: MemoryImage | None) -> bool:
         """Start from `saved` when there is one and it fits the policy's memory."""
@@ -208,14 +196,14 @@ class ReplSandbox(GuestCalls, BridgedSession):
         fuel: int = _SETUP_FUEL,
         *,
         hello: bool = False,
-        value: str | None = None,
+        image: bool = False,
     ) -> None:
         """A turn of our own code (driver install, warm imports, a warm setup): it must
-        succeed. `hello` and `value`: the bookkeeping it sends (Bridge.expect)."""
+        succeed. `hello` and `image`: the bookkeeping it sends (Bridge.expect)."""
         session = self._session_or_fail()
         self._join_capture()  # never enter the guest while its memory is being copied
         self.bridge.begin(timeout_seconds)
-        self.bridge.expect(hello=hello, value=value)
+        self.bridge.expect(hello=hello, image=image)
         limits = TurnLimits(
             fuel=fuel,
             timeout_seconds=timeout_seconds,

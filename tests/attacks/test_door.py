@@ -337,8 +337,7 @@ where, count = addresses.buffer_info()
 refusals = []
 for forged in (
     lambda: __sandbox_kernel__.request(
-        'value', name='__image__', found=True,
-        value={'address': where, 'count': count, 'static': sys.getrefcount(None)},
+        'image', address=where, count=count, static=sys.getrefcount(None)
     ),
     __sandbox_kernel__.list_image,
 ):
@@ -346,19 +345,17 @@ for forged in (
         forged()
     except RuntimeError as exc:
         refusals.append(str(exc))
-__sandbox_kernel__.image_listed()
 print(refusals, sys.getrefcount(target) == before, sys._is_immortal(target))
 """
 
 
 def test_a_cell_cannot_have_the_host_write_its_listing(door: Door) -> None:
-    """The host makes listed objects immortal only as it makes a warm image, from the list
-    the driver sent in that turn (Driver.list_image): a cell's forged listing, or the driver's
+    """The host makes listed objects immortal only as it makes a warm image, in the turn
+    that imports its modules (Driver.list_image): a cell's forged listing, or the driver's
     own call made again from a cell, is refused, and no count in the guest changes."""
     repl = door.repl()
     result = repl.execute(_FORGED_LISTING)
     assert result.ok, result.error
-    assert result.stdout.count("unexpected value request") == 2, result.stdout
+    assert result.stdout.count("unexpected image request") == 2, result.stdout
     assert result.stdout.rstrip().endswith("True False"), result.stdout
-    assert "__image__" not in repl.bridge.values
     door.assert_survived(repl)
