@@ -170,14 +170,17 @@ def test_cells_run_on_the_remote_host_as_its_user_over_ssh(
             "HTML('<b>bold</b><script>alert(1)</script><img src=x onerror=alert(2)>')"
         )
         html = rich.result("text/html")
-        assert "<b>bold</b>" in html and "<script" not in html and "onerror" not in html
+        # The guest's part, then the firewall's note on what it removed (escaped text).
+        shown, _, note = html.partition('<div class="sandbox-kernel-note">')
+        assert "<b>bold</b>" in shown and "<script" not in html and "onerror" not in shown
+        assert "&lt;script&gt; element in text/html" in note, html
+        sshd_log = remote_host.sshd_log()
+        assert f"Accepted publickey for {REMOTE_USER}" in sshd_log, sshd_log
+        uid = pwd.getpwnam(REMOTE_USER).pw_uid
+        assert set(_remote_kernel_pids().values()) == {uid}, "the kernel runs as the remote user"
     finally:
         kernel.close()
-    sshd_log = remote_host.sshd_log()
-    assert f"Accepted publickey for {REMOTE_USER}" in sshd_log, sshd_log
-    uid = pwd.getpwnam(REMOTE_USER).pw_uid
-    assert set(_remote_kernel_pids().values()) == {uid}, "the kernel runs as the remote user"
-    enterprise_gateway.api("DELETE", f"/api/kernels/{kernel_id}")
+        enterprise_gateway.api("DELETE", f"/api/kernels/{kernel_id}")  # never left for the next
 
 
 def test_interrupt_and_restart_through_enterprise_gateway(enterprise_gateway: Gateway) -> None:
