@@ -82,9 +82,8 @@ class Bridge:
         self.expected_value: str | None = None
         self.expecting_context = False
         self.expecting_hello = False
-        self.expecting_image = False
-        # Makes the listed objects immortal (GuestSession.make_immortal): the session's, set
-        # by its owner; None, and an image request is refused.
+        # While a warm image is made: what makes its listed objects immortal (the session's
+        # make_immortal); None, and an image request is refused.
         self.immortalize: Callable[[int, int, int], int] | None = None
         self._helper: concurrent.futures.ThreadPoolExecutor | None = None
         # %pip: the wheels the last `pip` request fetched (by SHA-256), in a private folder.
@@ -109,14 +108,14 @@ class Bridge:
         value: str | None = None,
         context: bool = False,
         hello: bool = False,
-        image: bool = False,
+        image: Callable[[int, int, int], int] | None = None,
     ) -> None:
         """What bookkeeping the running turn may send: its cell's report, the value a call of
-        ours waits for, the context, the driver's hello, the warm image's objects. begin()
-        expects nothing."""
+        ours waits for, the context, the driver's hello, the warm image's objects (`image`
+        makes them immortal). begin() expects nothing."""
         self.expected_cell, self.expected_value = cell, value
         self.expecting_context, self.expecting_hello = context, hello
-        self.expecting_image = image
+        self.immortalize = image
 
     # -- the door ----------------------------------------------------------------------------
 
@@ -164,7 +163,7 @@ class Bridge:
         if op == "context":
             return self.expecting_context
         if op == "image":
-            return self.expecting_image and self.immortalize is not None
+            return self.immortalize is not None
         return op == "hello" and self.expecting_hello
 
     def _op_hello(self, request: dict[str, Any]) -> bytes:
@@ -176,9 +175,11 @@ class Bridge:
         """A part of the warm image's objects, made immortal while the driver waits for the
         answer (so each is alive): how many were."""
         immortalize = self.immortalize
+        if immortalize is None:  # not awaited: never reached (_awaited)
+            return error_answer("RuntimeError", "unexpected image request")
         try:
             fields = (int(request["address"]), int(request["count"]), int(request["static"]))
-            written = immortalize(*fields) if immortalize is not None else 0
+            written = immortalize(*fields)
         except (KeyError, TypeError, ValueError) as exc:  # ImageLayoutError is a ValueError
             return error_answer("ValueError", f"the image's objects were not made immortal: {exc}")
         return ok_answer(written)

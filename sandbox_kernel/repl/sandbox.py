@@ -171,11 +171,7 @@ class ReplSandbox(GuestCalls, BridgedSession):
             if self.bridge.flag_magic is not None:
                 self._session.locate_flag(self.bridge.flag_magic)
             if wanted:
-                self.bridge.immortalize = self._session.make_immortal
-                try:
-                    self._setup_turn(warm_imports(wanted, ipython), image=True)
-                finally:
-                    self.bridge.immortalize = None
+                self._setup_turn(warm_imports(wanted, ipython), image=self._session.make_immortal)
                 warm.save(image, driver, wanted, self._session, layout)
         if setup is not None:  # bounded as a cell is: it reads data the operator chose
             self._setup_turn(setup.source, policy.timeout_seconds, policy.fuel_budget)
@@ -196,7 +192,7 @@ class ReplSandbox(GuestCalls, BridgedSession):
         fuel: int = _SETUP_FUEL,
         *,
         hello: bool = False,
-        image: bool = False,
+        image: Callable[[int, int, int], int] | None = None,
     ) -> None:
         """A turn of our own code (driver install, warm imports, a warm setup): it must
         succeed. `hello` and `image`: the bookkeeping it sends (Bridge.expect)."""
