@@ -184,7 +184,10 @@ def test_the_cell_deadline_ends_a_download_that_never_finishes(
         started = time.monotonic()
         done = repl.execute("%pip install slowpoke")
         assert time.monotonic() - started < 20, done
-        assert done.status == "timeout", done
+        # The download is stopped at the cell's deadline; the guest may still print that it
+        # was stopped and end its cell just before its own clock stops it (a race of ms).
+        assert done.status in ("timeout", "ok"), done
+        assert "stopped" in done.stderr or done.status == "timeout", done
         _no_pip_left()
         _next_cell_works(repl)
 
