@@ -441,10 +441,11 @@ class Driver(Binding):
         containers = gc.get_objects()
         gc.freeze()
         part = array.array("I")  # wasm32: an address is 32 bits
+        written = [0]  # what the host wrote: none when it does not know this build's layout
 
         def send() -> None:
             where, count = part.buffer_info()
-            self.request("image", address=where, count=count, static=static)
+            written[0] += self.request("image", address=where, count=count, static=static)
             del part[:]
 
         for container in containers:
@@ -458,7 +459,7 @@ class Driver(Binding):
         if part:
             send()
         left = sum(1 for c in containers if _image_object(c) and not is_immortal(c))
-        if left and static == _STATIC_IMMORTAL:  # written, yet not immortal: say so
+        if left and written[0]:  # written, yet not immortal: say so
             raise SystemError(f"{left:,} of the image's objects are not immortal")
 
     def ping(self) -> None:
@@ -506,10 +507,9 @@ class Driver(Binding):
         self.request("value", name="__expressions__", found=True, value=results)
 
 
-# list_image: objects whose traversal shows what their running code's stack holds; the
-# addresses sent at a time (64 kB); None's count in a build whose layout the host knows.
+# list_image: the addresses sent at a time (64 kB); objects whose traversal shows what their
+# running code's stack holds.
 _IMAGE_PART = 16_384
-_STATIC_IMMORTAL = 7 << 28
 _RUNNING_CODE = (
     types.FrameType,
     types.GeneratorType,
