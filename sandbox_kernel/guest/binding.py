@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from sandbox_kernel_calls import HostCalls
-from sandbox_kernel_cells import DRIVER_NAME, FLAG_NAME
+from sandbox_kernel_cells import DRIVER_NAME, FLAG_NAME, turn_runner
 from sandbox_kernel_helpers import chunk_text
 from sandbox_kernel_streams import mend_streams, warn
 
@@ -33,7 +33,9 @@ _KEPT_HELPERS = ("display", "input")  # the sandbox's, in builtins: as IPython k
 _KEPT_LINECACHE = ("cache", "_interactive_cache", "getline")
 _MISSING = object()
 # The shell's methods the driver calls: an instance attribute of that name is a cell's, removed.
-_SHELL_METHODS = frozenset({"run_cell", "run_cell_async", "transform_cell", "run_ast_nodes"})
+_SHELL_METHODS = frozenset(
+    {"run_cell", "run_cell_async", "transform_cell", "transform_ast", "run_ast_nodes"}
+)
 
 
 class _ClassMethods:
@@ -97,6 +99,9 @@ class Binding(HostCalls):
             (vars(self.main), DRIVER_NAME, self),
             (sys.modules, "sandbox_kernel_driver", sys.modules.get("sandbox_kernel_driver")),
         ]
+        reactor = sys.modules.get("_reactor")
+        if reactor is not None:  # the turn runner bind() gave it
+            self._kept.append((vars(reactor), "_run_turn", vars(reactor).get("_run_turn")))
         # every class the driver is made of (not object): a cell may replace a method on any
         self._methods = [_ClassMethods(cls) for cls in type(self).__mro__[:-1]]
         self._method_names = frozenset(n for kept in self._methods for n in kept.methods)
@@ -164,6 +169,9 @@ class Binding(HostCalls):
         if "context" not in vars(self.main):
             self._patch(self.main, "context", None)
         self._patch(time, "sleep", self.sleep)
+        reactor = sys.modules.get("_reactor")  # the image's turn runner (none in unit tests)
+        if reactor is not None and callable(getattr(reactor, "_run_turn", None)):
+            self._patch(reactor, "_run_turn", turn_runner(reactor._run_turn, vars(self.main)))
         try:
             import getpass
         except ImportError:  # an image without it: nothing to patch

@@ -324,7 +324,7 @@ class Driver(Binding):
         self.call("clear_output", wait=bool(wait))
 
     @staticmethod
-    def loop_checks() -> ast.NodeTransformer:
+    def loop_checks() -> LoopChecks:
         """The transformer that puts the soft interrupt's check into every loop of a cell."""
         return LoopChecks()
 

@@ -36,8 +36,9 @@ def session() -> Iterator[ReplSandbox]:
         "sys.stdout.close()\nsys.stderr.close()\nsys.__stdout__ = sys.__stderr__ = None",
         "sys.stdout = sys.stderr = 42",
         "builtins.display = builtins.input = 'not callable'",
+        "import _reactor\n_reactor._run_turn = lambda text, name: None",
     ],
-    ids=["none-and-builtins", "closed", "not-a-stream", "helpers"],
+    ids=["none-and-builtins", "closed", "not-a-stream", "helpers", "turn-runner"],
 )
 def test_the_next_cell_works_after_tampering(session: ReplSandbox, tampering: str) -> None:
     done = session.execute(f"import sys, builtins\nkeep = 41\n{tampering}")

@@ -107,6 +107,33 @@ def test_installing_again_replaces_the_first_driver(
     assert not hasattr(builtins, "display") and time.sleep.__module__ == "time"
 
 
+def test_turns_run_as_one_expression_and_statements_go_to_the_reactor(
+    mod: types.ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The image's reactor parses and compiles each turn three times; the driver gives it a
+    runner that compiles the host's one-call turns once, evaluates them in the session's
+    __main__, shows their value as the reactor does, hands it anything else, and is removed
+    with the driver."""
+    ran: list[tuple[str, str]] = []
+    reactor = types.ModuleType("_reactor")
+    reactor._run_turn = lambda text, name: ran.append((text, name))  # type: ignore[attr-defined]
+    original = reactor._run_turn  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "_reactor", reactor)
+    made = Session(mod)
+    try:
+        runner = reactor._run_turn  # type: ignore[attr-defined]
+        assert runner is not original
+        shown: list[object] = []
+        monkeypatch.setattr(sys, "displayhook", shown.append)
+        made.main.turn_value = 41  # type: ignore[attr-defined]
+        runner("turn_value + 1", "<turn 7>")
+        runner("x = 1", "<turn 8>")
+        assert shown == [42] and ran == [("x = 1", "<turn 8>")]
+    finally:
+        made.driver.uninstall()
+    assert reactor._run_turn is original  # type: ignore[attr-defined]
+
+
 def test_every_loop_gets_a_check_first(mod: types.ModuleType) -> None:
     source = "async def f(y):\n    async for x in y:\n        while x:\n            x -= 1\n"
     tree = sys.modules["sandbox_kernel_cells"].LoopChecks().visit(ast.parse(source))
@@ -118,6 +145,43 @@ def test_every_loop_gets_a_check_first(mod: types.ModuleType) -> None:
             "if __sandbox_kernel_flag__[0]:\n    __sandbox_kernel__.interrupted()"
         )
         assert check.lineno == loop.body[1].lineno
+    compile(tree, "<cell-1>", "exec")
+
+
+def test_loops_anywhere_a_statement_can_be_get_a_check(mod: types.ModuleType) -> None:
+    """The checks' walk goes through statements only: loops in handlers, match cases, class
+    and with bodies and else clauses get one; a comprehension (an expression) gets none."""
+    source = (
+        "class C:\n"
+        "    def f(self, y):\n"
+        "        with y:\n"
+        "            try:\n"
+        "                pass\n"
+        "            except E:\n"
+        "                for a in y: pass\n"
+        "            else:\n"
+        "                while y: y -= 1\n"
+        "            finally:\n"
+        "                for b in y: pass\n"
+        "        match y:\n"
+        "            case 1:\n"
+        "                for c in y: pass\n"
+        "        if y:\n"
+        "            pass\n"
+        "        else:\n"
+        "            for d in y:\n"
+        "                pass\n"
+        "            else:\n"
+        "                while y: break\n"
+        "        return [z for z in y]\n"
+    )
+    tree = sys.modules["sandbox_kernel_cells"].LoopChecks().visit(ast.parse(source))
+    loops = [node for node in ast.walk(tree) if isinstance(node, ast.For | ast.While)]
+    assert len(loops) == 6
+    assert all(
+        ast.unparse(loop.body[0]).startswith("if __sandbox_kernel_flag__[0]") for loop in loops
+    )
+    assert "__sandbox_kernel_flag__" not in ast.unparse(tree).split("return")[1]
     compile(tree, "<cell-1>", "exec")
 
 
