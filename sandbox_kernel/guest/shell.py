@@ -313,6 +313,27 @@ def _shell_class(driver: Any) -> Any:
         def _showtraceback(self, etype: Any, evalue: Any, stb: list[str]) -> None:
             driver.set_error(etype, evalue, stb)
 
+        def should_run_async(
+            self,
+            raw_cell: str,
+            *,
+            transformed_cell: str | None = None,
+            preprocessing_exc_tuple: Any = None,
+        ) -> bool:
+            """As IPython's, which compiles the whole cell once more to see whether it awaits
+            at its top level: a cell that says neither `await` nor `async` cannot (17% of a
+            25-line cell's instructions in the guest)."""
+            cell = transformed_cell
+            if cell is not None and "await" not in cell and "async" not in cell:
+                return False
+            return bool(
+                super().should_run_async(
+                    raw_cell,
+                    transformed_cell=transformed_cell,
+                    preprocessing_exc_tuple=preprocessing_exc_tuple,
+                )
+            )
+
         def transform_ast(self, node: Any) -> Any:
             """The soft interrupt's check in every loop, then IPython's own transformers. As
             one of those, the check made IPython walk each cell's tree again to fix locations

@@ -14,6 +14,7 @@ from __future__ import annotations
 import errno
 import inspect
 import os
+import re
 import sys
 from typing import Any
 
@@ -35,6 +36,7 @@ def apply(shell: Any) -> None:
     _module_lookups_once()
     _library_sources_once()
     _line_counts_by_stat()
+    _plain_cells_as_they_are(shell.input_transformer_manager)
 
 
 def _lexer_once() -> None:
@@ -252,3 +254,49 @@ def _line_counts_by_stat() -> None:
         return int(count_lines(filename))
 
     tbtools.count_lines_in_py_file = count_lines_of_a_file
+
+
+# What any of IPython's static input transforms (inputtransformer2) looks for, over-approximated:
+# a line starting with an escape (%magic, %%cell magic, !shell, ?help, ,;/ autocall), `= %` or
+# `= !` (x = %magic, x = !cmd), any `?` (obj?), prompts to strip (>>>, In [1]:, ...:), and
+# line breaks other than \n, which IPython's splitlines honours and the tokenizer does not.
+_SPECIAL = re.compile(
+    r"^[ \t]*[%!?,;/]|=[\s\\]*[%!]|\?|>>>|In \[|\.\.\.:"
+    r"|[\r\v\f\x1c-\x1e\x85\u2028\u2029]",
+    re.M,
+)
+
+
+def plain(cell: str) -> bool:
+    """Whether IPython's static transforms leave `cell` as it is (only a final newline is
+    added): no special syntax (_SPECIAL), and nothing its cleanup changes (a first line that
+    is blank or indented, a line of only blanks, which dedent empties)."""
+    if not cell or cell[0].isspace() or _SPECIAL.search(cell):
+        return False
+    return not any(line.isspace() for line in cell.split("\n"))
+
+
+def _plain_cells_as_they_are(manager: Any) -> None:
+    """Plain Python through IPython's static input transforms without tokenizing it: they
+    tokenize the whole cell, test every transform on every line and dedent it, for a cell
+    with no special syntax only to add a final newline (a quarter of a 25-line cell's
+    instructions in the guest). A cell that might have any (plain() over-approximates) or a
+    manager whose transforms were changed (a user's cleanup transform) goes IPython's way.
+    tests/repl/test_repl_ipython.py checks both ways agree on the courses' cells."""
+    transform_cell = manager.transform_cell
+    default = (
+        list(manager.cleanup_transforms),
+        list(manager.line_transforms),
+        list(manager.token_transformers),
+    )
+
+    def transform_plain_cell_as_it_is(cell: str) -> str:
+        if plain(cell) and default == (
+            manager.cleanup_transforms,
+            manager.line_transforms,
+            manager.token_transformers,
+        ):
+            return cell if cell.endswith("\n") else cell + "\n"
+        return str(transform_cell(cell))
+
+    manager.transform_cell = transform_plain_cell_as_it_is
