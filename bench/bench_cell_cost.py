@@ -27,6 +27,11 @@
 7. Cold memory: a trivial cell in the kernel's session (numpy, pandas and IPython warm), its
    turn and its rollback copy, back to back and after 2 ms and 5 ms of idle (a kernel's cells
    always come after a pause: the reply, the client, the next request); medians of 200.
+8. Guest instructions (fuel, the same from run to run where times are not): a trivial cell and
+   a 25-line one through IPython, medians of 9, and what each piece of a cell's turn costs,
+   run 200 times in a cell less an empty loop: IPython's run_cell with and without history,
+   its static input transforms, should_run_async, a compile, the driver's repair() and the
+   reply's JSON.
 """
 
 from __future__ import annotations
@@ -290,6 +295,7 @@ def main() -> None:
     marks()
     bound_rules()
     cold_memory()
+    instructions()
 
 
 def cold_memory() -> None:
@@ -308,6 +314,59 @@ def cold_memory() -> None:
                 f"after {pause * 1000:.0f} ms idle: turn {statistics.median(turns):.2f} ms, "
                 f"rollback copy {statistics.median(captures):.2f} ms"
             )
+    finally:
+        repl.destroy()
+
+
+CELL_25_LINES = """\
+import math
+data = [i * 0.5 for i in range(10)]
+total = 0
+for i, x in enumerate(data):
+    if x > 2:
+        total += math.sqrt(x) * i
+    else:
+        total -= x
+def summarize(values, scale=1.0):
+    \"\"\"Mean and spread.\"\"\"
+    n = len(values)
+    mean = sum(values) / n
+    spread = max(values) - min(values)
+    return {"n": n, "mean": mean * scale, "spread": spread}
+result = summarize(data, scale=2.0)
+labels = {k: str(v) for k, v in result.items()}
+while total > 100:
+    total /= 2
+print(len(labels))
+"""
+PIECES = {
+    "IPython's run_cell, with history": "shell.run_cell('x = 1', store_history=True)",
+    "IPython's run_cell, without history": "shell.run_cell('x = 1', store_history=False)",
+    "IPython's input transforms, x = 1": "shell.transform_cell('x = 1')",
+    "IPython's input transforms, 25 lines": f"shell.transform_cell({CELL_25_LINES!r})",
+    "should_run_async, x = 1": "shell.should_run_async('x = 1', transformed_cell='x = 1\\n')",
+    "compile('x = 1')": "compile('x = 1', '<c>', 'exec')",
+    "the driver's repair()": "__sandbox_kernel__.repair()",
+    "the reply's JSON": "json.dumps({'op': 'done', 'cell': 5, 'reply': {'status': 'ok'}})",
+}
+
+
+def instructions(loops: int = 200) -> None:
+    repl = session(ipython=True)
+    try:
+        cells = {
+            "x = 1": "x = 1",
+            "a 25-line cell": CELL_25_LINES,
+        }
+        for label, code in cells.items():
+            fuel = statistics.median(repl.execute(code).fuel_consumed for _ in range(9))
+            print(f"instructions, {label}: {fuel / 1e6:.2f}M")
+        repl.execute("import json\nshell = get_ipython()")
+        empty = repl.execute(f"for _ in range({loops}):\n    pass").fuel_consumed
+        for label, piece in PIECES.items():
+            done = repl.execute(f"for _ in range({loops}):\n    {piece}")
+            assert done.ok, (label, done.error)
+            print(f"instructions, {label}: {(done.fuel_consumed - empty) / loops / 1e3:,.0f}K")
     finally:
         repl.destroy()
 
