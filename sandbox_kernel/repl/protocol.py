@@ -43,8 +43,8 @@ Guest -> host requests (the driver's side is sandbox_kernel/guest/driver.py):
 
 Host -> guest: the host only ever enters the guest with a `turn` whose source is one call
 into the driver, `__sandbox_kernel__.<method>(<int or repr'd str>, ...)`, so no user text is
-ever spliced into code. A cell's source comes with its turn (`run_cell_turn`): asking for it
-through the door cost a crossing, 0.1 ms of a trivial cell.
+ever spliced into code. A cell's source comes with its turn (`run_cell_turn`, as hex digits):
+asking for it through the door cost a crossing, 0.1 ms of a trivial cell.
 
 Must not import: wasmtime, anything Jupyter.
 """
@@ -57,6 +57,7 @@ from typing import Any, Final, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
+    "CELL_TURN",
     "DRIVER_NAME",
     "DRIVER_PARTS",
     "ERROR_TYPES",
@@ -158,7 +159,21 @@ def binary_answer(value: object) -> bytes:
     return header + b"\n" + payload
 
 
+# A cell's turn is `__sandbox_kernel__.run_cell(3, bytes.fromhex('78203d2031').decode(...))`:
+# these three parts around its number and its source's hex digits (guest cells.CELL_TURN).
+CELL_TURN: Final = (
+    f"{DRIVER_NAME}.run_cell(",
+    ", bytes.fromhex('",
+    "').decode('utf-8', 'surrogatepass'))",
+)
+
+
 def run_cell_turn(number: int, code: str) -> str:
-    """The turn that runs cell `number`: its source travels as a str literal (repr escapes
-    whatever could end it), so the cell's text is data, never code of the turn itself."""
-    return f"{DRIVER_NAME}.run_cell({int(number)}, {code!r})"
+    """The turn that runs cell `number`. Its source travels as the hex digits of its UTF-8
+    (lone surrogates, which a client's JSON can carry, included), so the cell's text is data,
+    never code of the turn itself, and the guest's turn runner takes it apart without
+    compiling the turn (a compile was a tenth of a trivial cell's guest instructions); any
+    other runner evaluates it as the expression it is."""
+    head, middle, tail = CELL_TURN
+    digits = code.encode("utf-8", "surrogatepass").hex()
+    return f"{head}{int(number)}{middle}{digits}{tail}"

@@ -23,7 +23,12 @@ from typing import Any
 
 import pytest
 
-from sandbox_kernel.repl.protocol import binary_answer, error_answer, ok_answer
+from sandbox_kernel.repl.protocol import (
+    binary_answer,
+    error_answer,
+    ok_answer,
+    run_cell_turn,
+)
 
 DRIVER_PATH = Path(__file__).parents[2] / "sandbox_kernel" / "guest" / "driver.py"
 
@@ -132,6 +137,42 @@ def test_turns_run_as_one_expression_and_statements_go_to_the_reactor(
     finally:
         made.driver.uninstall()
     assert reactor._run_turn is original  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    "source",
+    ["x = 1", "", "s = '\\')'\nprint(s)", "π = 'ü', '\ud800', '\x00', \"'''\"", "#" * 5000],
+    ids=["trivial", "empty", "quotes", "unicode-surrogate-nul", "long"],
+)
+def test_a_cells_turn_is_taken_apart_as_evaluating_it_would(
+    mod: types.ModuleType, monkeypatch: pytest.MonkeyPatch, source: str
+) -> None:
+    """The host's turn for a cell reaches the driver's run_cell with the number and the source
+    that evaluating it gives, without a compile; a malformed one is evaluated, and raises."""
+    reactor = types.ModuleType("_reactor")
+    reactor._run_turn = lambda text, name: None  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "_reactor", reactor)
+    made = Session(mod)
+    try:
+        runner = reactor._run_turn  # type: ignore[attr-defined]
+        text = run_cell_turn(12, source)
+        evaluated: list[tuple[int, str]] = []
+        called: list[tuple[int, str]] = []
+        recorder = types.SimpleNamespace(run_cell=lambda n, s: evaluated.append((n, s)))
+        eval(text, {"__sandbox_kernel__": recorder})
+        made.main.__sandbox_kernel__ = types.SimpleNamespace(  # type: ignore[attr-defined]
+            run_cell=lambda n, s: called.append((n, s))
+        )
+        with monkeypatch.context() as patched:
+            patched.setattr(builtins, "compile", None)  # any compile fails (TypeError)
+            runner(text, "<turn 3>")
+        assert called == evaluated == [(12, source)]
+        malformed = text.replace("bytes.fromhex('", "bytes.fromhex('zz")
+        with pytest.raises(ValueError, match="non-hexadecimal"):
+            runner(malformed, "<turn 4>")
+        assert called == [(12, source)]
+    finally:
+        made.driver.uninstall()
 
 
 def test_every_loop_gets_a_check_first(mod: types.ModuleType) -> None:
