@@ -265,6 +265,8 @@ def _output_classes(driver: Any) -> tuple[Any, Any]:
             driver.clear_output(wait)
 
     class DoorDisplayHook(DisplayHook):
+        exec_result = None  # a plain attribute, not a trait: see _PLAIN_TRAITS
+
         def write_output_prompt(self) -> None:
             pass
 
@@ -279,12 +281,43 @@ def _output_classes(driver: Any) -> tuple[Any, Any]:
     return DoorDisplayPublisher, DoorDisplayHook
 
 
+# Traits that IPython sets in every cell, and that nothing observes, validates or configures:
+# the shell's execution count and last result, the display hook's result, and the history's
+# _i, _ii, _iii and _i00. A trait's set validates, cross-validates (a failed hasattr each)
+# and notifies: 19,000 guest instructions, eight times a cell, for a dict store. They are
+# plain class attributes in the sandbox's subclasses, which shadow IPython's traits; cells
+# see the same values (tests/repl/test_shell_speedups.py compares them with IPython's).
+_PLAIN_TRAITS = (
+    "ZMQInteractiveShell.execution_count",
+    "ZMQInteractiveShell.last_execution_succeeded",
+    "ZMQInteractiveShell.last_execution_result",
+    "DoorDisplayHook.exec_result",
+    "HistoryManager._i",
+    "HistoryManager._ii",
+    "HistoryManager._iii",
+    "HistoryManager._i00",
+)
+
+
+def _history_class() -> Any:
+    from IPython.core.history import HistoryManager as IPythonHistoryManager
+
+    class HistoryManager(IPythonHistoryManager):
+        """IPython's (in memory: start()), its input variables plain attributes
+        (_PLAIN_TRAITS). Its name is IPython's, as its config section is."""
+
+        _i00 = _i = _ii = _iii = ""
+
+    return HistoryManager
+
+
 def _shell_class(driver: Any) -> Any:
     """IPython's InteractiveShell, answering through `driver`."""
     from IPython.core.error import UsageError
     from IPython.core.interactiveshell import InteractiveShell
 
     publisher, hook = _output_classes(driver)
+    history_class = _history_class()
     loop_checks = driver.loop_checks()
     cells = sys.modules["sandbox_kernel_cells"]  # the sandbox's functions, not a cell's
     user_frames, chain = cells.user_frames, cells.chain
@@ -302,6 +335,16 @@ def _shell_class(driver: Any) -> Any:
 
         display_pub_class = publisher
         displayhook_class = hook
+
+        # Plain attributes, not traits (_PLAIN_TRAITS)
+        execution_count = 1
+        last_execution_succeeded = True
+        last_execution_result = None
+
+        def init_history(self) -> None:
+            """IPython's, with its history manager's input variables as plain attributes."""
+            self.history_manager = history_class(shell=self, parent=self)
+            self.configurables.append(self.history_manager)
 
         def _get_exc_info(self, exc_tuple: Any = None) -> Any:
             """As IPython's, without the sandbox's own frames: an interrupt, or an error in

@@ -141,3 +141,32 @@ def test_loops_are_checked_without_an_ast_transformer(session: ReplSandbox) -> N
         )
     finally:
         run_ok(session, "get_ipython().ast_transformers.clear()")
+
+
+# Cells, then a probe of what IPython keeps per cell: _PLAIN_TRAITS (guest/shell.py) hold it
+# as plain attributes in the guest, and a cell must see what it sees under IPython's traits.
+KEPT_CELLS = ["x = 1\nx", "y = x + 1", "1/0", "y", "z = 3;"]
+KEPT_PROBE = (
+    "ip = get_ipython()\n"
+    "probed = repr((_i, _ii, _iii, _i2, In[1:], Out, _, __, ip.execution_count,"
+    " ip.last_execution_succeeded, ip.last_execution_result.result,"
+    " ip.displayhook.exec_result.info.raw_cell, ip.history_manager._i00))"
+)
+
+
+def test_what_ipython_keeps_per_cell_is_as_under_ipythons_traits(tmp_path: Path) -> None:
+    from IPython.core.interactiveshell import InteractiveShell
+    from traitlets.config import Config
+
+    config = Config()
+    config.HistoryManager.hist_file = ":memory:"
+    native = InteractiveShell(config=config)
+    for cell in [*KEPT_CELLS, KEPT_PROBE]:
+        native.run_cell(cell, store_history=True)
+
+    with ReplSandbox(repl_config(tmp_path, POLICY, ipython=True)) as repl:
+        for cell in [*KEPT_CELLS, KEPT_PROBE]:
+            repl.execute(cell)
+        probed = run_ok(repl, "print(probed)").stdout.strip()
+    assert probed == native.user_ns["probed"]
+    assert probed.startswith("('z = 3;', 'y', '1/0', 'y = x + 1'")
