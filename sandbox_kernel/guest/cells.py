@@ -173,9 +173,8 @@ def turn_runner(
 
     def run_turn(text: str, name: str) -> None:
         cell = _cell_of(text, head, middle, tail)
-        driver = namespace.get(DRIVER_NAME)
-        if cell is not None and driver is not None:
-            driver.run_cell(*cell)
+        if cell is not None and DRIVER_NAME in namespace:
+            namespace[DRIVER_NAME].run_cell(*cell)
             return
         try:
             code = compile(text, name, "eval", dont_inherit=True)

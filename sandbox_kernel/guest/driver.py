@@ -414,8 +414,9 @@ class Driver(Binding):
 
     def list_image(self) -> None:
         """Have the host make the warm image's objects immortal (host/immortal.py): their
-        addresses go to it in parts, each written while this waits for the answer, so every
-        listed object is alive when its count is written.
+        addresses go to it in parts, each written while this waits for the answer, and each
+        part's objects held until then, so every listed object is alive when its count is
+        written (a warm image was once refused for a listed object found freed).
 
         Immortal objects are never counted: a cell that calls pandas no longer writes the
         reference counts of the functions, modules and types it touches, scattered over pages
@@ -441,12 +442,13 @@ class Driver(Binding):
         containers = gc.get_objects()
         gc.freeze()
         part = array.array("I")  # wasm32: an address is 32 bits
+        held: list[object] = []  # part's objects, alive until the host has written them
         written = [0]  # what the host wrote: none when it does not know this build's layout
 
         def send() -> None:
             where, count = part.buffer_info()
             written[0] += self.request("image", address=where, count=count, static=static)
-            del part[:]
+            del part[:], held[:]
 
         for container in containers:
             if type(container) in _RUNNING_CODE:
@@ -454,6 +456,7 @@ class Driver(Binding):
             for each in (container, *gc.get_referents(container)):
                 if _image_object(each) and not is_immortal(each):
                     part.append(id(each))
+                    held.append(each)
             if len(part) >= _IMAGE_PART:
                 send()
         if part:

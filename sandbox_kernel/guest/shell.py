@@ -299,16 +299,21 @@ _PLAIN_TRAITS = (
 )
 
 
-def _history_class() -> Any:
+def _history_initializer() -> Any:
+    """The shell's init_history: IPython's, with a history manager whose input variables are
+    plain attributes (_PLAIN_TRAITS)."""
     from IPython.core.history import HistoryManager as IPythonHistoryManager
 
     class HistoryManager(IPythonHistoryManager):
-        """IPython's (in memory: start()), its input variables plain attributes
-        (_PLAIN_TRAITS). Its name is IPython's, as its config section is."""
+        """IPython's, in memory (start()). Named as IPython's, as its config section is."""
 
         _i00 = _i = _ii = _iii = ""
 
-    return HistoryManager
+    def init_history(shell: Any) -> None:
+        shell.history_manager = HistoryManager(shell=shell, parent=shell)
+        shell.configurables.append(shell.history_manager)
+
+    return init_history
 
 
 def _shell_class(driver: Any) -> Any:
@@ -317,7 +322,7 @@ def _shell_class(driver: Any) -> Any:
     from IPython.core.interactiveshell import InteractiveShell
 
     publisher, hook = _output_classes(driver)
-    history_class = _history_class()
+    history_initializer = _history_initializer()
     loop_checks = driver.loop_checks()
     cells = sys.modules["sandbox_kernel_cells"]  # the sandbox's functions, not a cell's
     user_frames, chain = cells.user_frames, cells.chain
@@ -341,10 +346,7 @@ def _shell_class(driver: Any) -> Any:
         last_execution_succeeded = True
         last_execution_result = None
 
-        def init_history(self) -> None:
-            """IPython's, with its history manager's input variables as plain attributes."""
-            self.history_manager = history_class(shell=self, parent=self)
-            self.configurables.append(self.history_manager)
+        init_history = history_initializer
 
         def _get_exc_info(self, exc_tuple: Any = None) -> Any:
             """As IPython's, without the sandbox's own frames: an interrupt, or an error in

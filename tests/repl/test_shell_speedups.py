@@ -7,6 +7,8 @@ repository's notebooks and on cells made to hit each transform."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -146,6 +148,17 @@ def test_loops_are_checked_without_an_ast_transformer(session: ReplSandbox) -> N
 # Cells, then a probe of what IPython keeps per cell: _PLAIN_TRAITS (guest/shell.py) hold it
 # as plain attributes in the guest, and a cell must see what it sees under IPython's traits.
 KEPT_CELLS = ["x = 1\nx", "y = x + 1", "1/0", "y", "z = 3;"]
+NATIVE_SHELL = (
+    "import json, sys\n"
+    "from IPython.core.interactiveshell import InteractiveShell\n"
+    "from traitlets.config import Config\n"
+    "config = Config()\n"
+    "config.HistoryManager.hist_file = ':memory:'\n"
+    "shell = InteractiveShell(config=config)\n"
+    "for cell in json.loads(sys.argv[1]):\n"
+    "    shell.run_cell(cell, store_history=True)\n"
+    "print(shell.user_ns['probed'])\n"
+)
 KEPT_PROBE = (
     "ip = get_ipython()\n"
     "probed = repr((_i, _ii, _iii, _i2, In[1:], Out, _, __, ip.execution_count,"
@@ -155,18 +168,18 @@ KEPT_PROBE = (
 
 
 def test_what_ipython_keeps_per_cell_is_as_under_ipythons_traits(tmp_path: Path) -> None:
-    from IPython.core.interactiveshell import InteractiveShell
-    from traitlets.config import Config
-
-    config = Config()
-    config.HistoryManager.hist_file = ":memory:"
-    native = InteractiveShell(config=config)
-    for cell in [*KEPT_CELLS, KEPT_PROBE]:
-        native.run_cell(cell, store_history=True)
-
+    """The same cells through IPython's own shell, in a process of its own (it puts display
+    and more into builtins), and through the sandbox's."""
+    native = subprocess.run(
+        [sys.executable, "-c", NATIVE_SHELL, json.dumps([*KEPT_CELLS, KEPT_PROBE])],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
     with ReplSandbox(repl_config(tmp_path, POLICY, ipython=True)) as repl:
         for cell in [*KEPT_CELLS, KEPT_PROBE]:
             repl.execute(cell)
         probed = run_ok(repl, "print(probed)").stdout.strip()
-    assert probed == native.user_ns["probed"]
+    assert probed == native.stdout.strip().splitlines()[-1]
     assert probed.startswith("('z = 3;', 'y', '1/0', 'y = x + 1'")
