@@ -35,11 +35,13 @@ __all__ = [
 
 DRIVER_NAME = "__sandbox_kernel__"  # protocol.DRIVER_NAME
 FLAG_NAME = "__sandbox_kernel_flag__"
-# The host's turn for a cell, around its number and its source's hex digits: protocol.CELL_TURN.
+# The host's turn for a cell, around its number, its source's hex digits and the hash that
+# names its file: protocol.CELL_TURN.
 CELL_TURN = (
     f"{DRIVER_NAME}.run_cell(",
     ", bytes.fromhex('",
-    "').decode('utf-8', 'surrogatepass'))",
+    "').decode('utf-8', 'surrogatepass'), ",
+    ")",
 )
 # The sandbox's own frames, cut from user tracebacks: its guest modules as the host compiles
 # them (repl/guest_sources.py), and under host CPython (the unit tests) the files of this folder.
@@ -169,10 +171,9 @@ def turn_runner(
     (ast.parse, a compile of the statements, another of the last expression, both kept in
     linecache) was 11% of a trivial cell's guest instructions, the one compile 8%; any other
     text is still run by it."""
-    head, middle, tail = CELL_TURN
 
     def run_turn(text: str, name: str) -> None:
-        cell = _cell_of(text, head, middle, tail)
+        cell = _cell_of(text)
         if cell is not None and DRIVER_NAME in namespace:
             namespace[DRIVER_NAME].run_cell(*cell)
             return
@@ -186,18 +187,24 @@ def turn_runner(
     return run_turn
 
 
-def _cell_of(text: str, head: str, middle: str, tail: str) -> tuple[int, str] | None:
-    """The number and the source of a cell's turn; None for any other text (evaluated as
-    it is, which for a malformed cell turn raises what Python would)."""
-    if not (text.startswith(head) and text.endswith(tail)):
+def _cell_of(text: str) -> tuple[int, str, int] | None:
+    """The number, the source and the file's hash of a cell's turn; None for any other text
+    (evaluated as it is, which for a malformed cell turn raises what Python would)."""
+    head, middle, tail, end = CELL_TURN
+    if not (text.startswith(head) and text.endswith(end)):
         return None
-    number, found, digits = text[len(head) : -len(tail)].partition(middle)
-    if not (found and number.isascii() and number.isdigit()):
+    number, found, rest = text[len(head) : -len(end)].partition(middle)
+    digits, found_tail, hashed = rest.partition(tail)
+    if not (found and found_tail and _is_count(number) and _is_count(hashed)):
         return None
     try:
-        return int(number), bytes.fromhex(digits).decode("utf-8", "surrogatepass")
+        return int(number), bytes.fromhex(digits).decode("utf-8", "surrogatepass"), int(hashed)
     except ValueError:  # not hex digits, or not UTF-8: the expression says which
         return None
+
+
+def _is_count(text: str) -> bool:
+    return text.isascii() and text.isdigit()
 
 
 def forget_turns() -> None:

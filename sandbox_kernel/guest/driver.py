@@ -182,12 +182,16 @@ class Driver(Binding):
         self.packages: str | None = None  # the session's %pip folder
         self._outcome: dict[str, Any] = {}  # what the shell reported for the running cell
         self._shell_suspect = False  # a cell failed: probe the shell before the next one
+        # The latest cell from the host, and the hash that names its file (shell.py)
+        self.named_cell: tuple[str, int | None] = ("", None)
 
     # -- cells ---------------------------------------------------------------------------
 
-    def run_cell(self, n: int, source: str) -> None:
-        """Run cell `n`, whose text is `source`, and report the outcome with `done`."""
+    def run_cell(self, n: int, source: str, file_hash: int | None = None) -> None:
+        """Run cell `n`, whose text is `source`, and report the outcome with `done`.
+        `file_hash`: the hash that names its file, from the host (shell.cell_file_name)."""
         self.flag[0] = 0
+        self.named_cell = (source, file_hash)
         self.displays = []
         forget_turns()
         if self.shell is not None:

@@ -52,11 +52,13 @@ Must not import: wasmtime, anything Jupyter.
 from __future__ import annotations
 
 import json
+import struct
 from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
+    "CELL_NAME_SEED",
     "CELL_TURN",
     "DRIVER_NAME",
     "DRIVER_PARTS",
@@ -64,6 +66,7 @@ __all__ = [
     "CellReply",
     "ErrorInfo",
     "binary_answer",
+    "cell_hash",
     "decode_request",
     "error_answer",
     "ok_answer",
@@ -159,13 +162,19 @@ def binary_answer(value: object) -> bytes:
     return header + b"\n" + payload
 
 
-# A cell's turn is `__sandbox_kernel__.run_cell(3, bytes.fromhex('78203d2031').decode(...))`:
-# these three parts around its number and its source's hex digits (guest cells.CELL_TURN).
+# A cell's turn is `__sandbox_kernel__.run_cell(3, bytes.fromhex('78203d2031').decode(...),
+# 1794950278)`: these four parts around its number, its source's hex digits and the hash that
+# names its file (guest cells.CELL_TURN).
 CELL_TURN: Final = (
     f"{DRIVER_NAME}.run_cell(",
     ", bytes.fromhex('",
-    "').decode('utf-8', 'surrogatepass'))",
+    "').decode('utf-8', 'surrogatepass'), ",
+    ")",
 )
+# ipykernel's seed for the MurmurHash2 that names a cell's file (guest shell._CELL_NAME_SEED).
+CELL_NAME_SEED: Final = 0xC70F6907
+_MURMUR_M = 0x5BD1E995
+_WORD = 0xFFFFFFFF
 
 
 def run_cell_turn(number: int, code: str) -> str:
@@ -173,7 +182,26 @@ def run_cell_turn(number: int, code: str) -> str:
     (lone surrogates, which a client's JSON can carry, included), so the cell's text is data,
     never code of the turn itself, and the guest's turn runner takes it apart without
     compiling the turn (a compile was a tenth of a trivial cell's guest instructions); any
-    other runner evaluates it as the expression it is."""
-    head, middle, tail = CELL_TURN
-    digits = code.encode("utf-8", "surrogatepass").hex()
-    return f"{head}{int(number)}{middle}{digits}{tail}"
+    other runner evaluates it as the expression it is. With it comes the hash that names the
+    cell's file as ipykernel names it (`cell_hash`), which the guest would otherwise compute
+    in WebAssembly: 0.8M instructions for a 25-line cell."""
+    head, middle, tail, end = CELL_TURN
+    data = code.encode("utf-8", "surrogatepass")
+    return f"{head}{int(number)}{middle}{data.hex()}{tail}{cell_hash(data)}{end}"
+
+
+def cell_hash(data: bytes) -> int:
+    """MurmurHash2 (32-bit, Austin Appleby's) of a cell's UTF-8 with ipykernel's seed: the
+    name of the file ipykernel compiles the cell as (its compiler.murmur2_x86; the guest's
+    own is shell.murmur2, for a cell that does not come from the host)."""
+    length = len(data)
+    whole = length & ~3
+    h = (CELL_NAME_SEED ^ length) & _WORD
+    for (k,) in struct.iter_unpack("<I", data[:whole]):
+        k = (k * _MURMUR_M) & _WORD
+        k = ((k ^ (k >> 24)) * _MURMUR_M) & _WORD
+        h = ((h * _MURMUR_M) & _WORD) ^ k
+    if length > whole:
+        h = ((h ^ int.from_bytes(data[whole:], "little")) * _MURMUR_M) & _WORD
+    h = ((h ^ (h >> 13)) * _MURMUR_M) & _WORD
+    return h ^ (h >> 15)

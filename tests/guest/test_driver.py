@@ -25,6 +25,7 @@ import pytest
 
 from sandbox_kernel.repl.protocol import (
     binary_answer,
+    cell_hash,
     error_answer,
     ok_answer,
     run_cell_turn,
@@ -156,21 +157,22 @@ def test_a_cells_turn_is_taken_apart_as_evaluating_it_would(
     try:
         runner = reactor._run_turn  # type: ignore[attr-defined]
         text = run_cell_turn(12, source)
-        evaluated: list[tuple[int, str]] = []
-        called: list[tuple[int, str]] = []
-        recorder = types.SimpleNamespace(run_cell=lambda n, s: evaluated.append((n, s)))
+        evaluated: list[tuple[object, ...]] = []
+        called: list[tuple[object, ...]] = []
+        recorder = types.SimpleNamespace(run_cell=lambda *args: evaluated.append(args))
         eval(text, {"__sandbox_kernel__": recorder})
         made.main.__sandbox_kernel__ = types.SimpleNamespace(  # type: ignore[attr-defined]
-            run_cell=lambda n, s: called.append((n, s))
+            run_cell=lambda *args: called.append(args)
         )
         with monkeypatch.context() as patched:
             patched.setattr(builtins, "compile", None)  # any compile fails (TypeError)
             runner(text, "<turn 3>")
-        assert called == evaluated == [(12, source)]
+        hashed = cell_hash(source.encode("utf-8", "surrogatepass"))
+        assert called == evaluated == [(12, source, hashed)]
         malformed = text.replace("bytes.fromhex('", "bytes.fromhex('zz")
         with pytest.raises(ValueError, match="non-hexadecimal"):
             runner(malformed, "<turn 4>")
-        assert called == [(12, source)]
+        assert called == [(12, source, hashed)]
     finally:
         made.driver.uninstall()
 

@@ -228,15 +228,17 @@ def test_a_module_replaced_by_an_odd_object_leaves_the_lookup_working(
 
 @pytest.mark.parametrize("size", [0, 1, 2, 3, 4, 5, 7, 8, 63, 1000])
 def test_cells_files_are_named_by_ipykernels_hash(size: int) -> None:
-    """The guest's MurmurHash2 is ipykernel's (its own pure-Python one, run on the host), for
-    every length of tail and text outside ASCII."""
+    """The guest's MurmurHash2, and the host's that comes with each cell, are ipykernel's (its
+    own pure-Python one, run on the host), for every length of tail and text outside ASCII."""
     from ipykernel.compiler import get_tmp_hash_seed, murmur2_x86
 
     from sandbox_kernel.guest.shell import _CELL_NAME_SEED, murmur2
+    from sandbox_kernel.repl.protocol import CELL_NAME_SEED, cell_hash
 
-    assert get_tmp_hash_seed() == _CELL_NAME_SEED
+    assert get_tmp_hash_seed() == _CELL_NAME_SEED == CELL_NAME_SEED
     text = ("x = 'é€😀'\n" * 200)[:size]
-    assert murmur2(text.encode(), _CELL_NAME_SEED) == murmur2_x86(text, _CELL_NAME_SEED)
+    hashed = murmur2_x86(text, _CELL_NAME_SEED)
+    assert murmur2(text.encode(), _CELL_NAME_SEED) == cell_hash(text.encode()) == hashed
 
 
 def test_a_cell_run_again_is_the_same_file(session: ReplSandbox) -> None:
@@ -249,6 +251,11 @@ def test_a_cell_run_again_is_the_same_file(session: ReplSandbox) -> None:
     names = [session.execute(code).result for _ in range(2)]
     expected = f"/tmp/ipykernel_42/{murmur2(code.encode(), _CELL_NAME_SEED)}.py"
     assert names == [{"text/plain": repr(expected)}] * 2, names
+    # A cell run by a cell, not by the host: the guest names its file itself.
+    inner = "def h():\n    pass\nh.__code__.co_filename"
+    nested = session.execute(f"get_ipython().run_cell({inner!r}).result")
+    named = f"/tmp/ipykernel_42/{murmur2(inner.encode(), _CELL_NAME_SEED)}.py"
+    assert nested.result == {"text/plain": repr(named)}, nested
     errors = [session.execute("g()") for _ in range(2)]
     numbers = [re.findall(r"Cell In\[(\d+)\]", _plain(error.traceback)) for error in errors]
     [[first, _], [second, _]] = numbers  # the cell that runs g(), then g's own cell
