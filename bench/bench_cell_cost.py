@@ -346,6 +346,10 @@ PIECES = {
     "IPython's input transforms, 25 lines": f"shell.transform_cell({CELL_25_LINES!r})",
     "should_run_async, x = 1": "shell.should_run_async('x = 1', transformed_cell='x = 1\\n')",
     "compile('x = 1')": "compile('x = 1', '<c>', 'exec')",
+    "IPython's store_inputs (history)": "shell.history_manager.store_inputs(7, 'x = 1')",
+    "a 25-line cell's file name, hashed in the guest": (
+        f"__import__('sandbox_kernel_shell').cell_file_name({CELL_25_LINES!r})"
+    ),
     "the driver's repair()": "__sandbox_kernel__.repair()",
     "the reply's JSON": "json.dumps({'op': 'done', 'cell': 5, 'reply': {'status': 'ok'}})",
 }
