@@ -42,7 +42,10 @@ _ERRORS: dict[str, type[BaseException]] = {
 
 
 def loads(raw: bytes) -> Any:
-    """A JSON answer, or None when it is not JSON (shown as a malformed answer)."""
+    """A JSON answer, or None when it is not JSON (shown as a malformed answer). No bytes at
+    all are `{"ok": true}`, the answer that only says the request was done (protocol.py)."""
+    if not raw:
+        return {"ok": True}
     try:
         return json.loads(raw)
     except ValueError:

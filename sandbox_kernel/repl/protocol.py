@@ -140,6 +140,11 @@ def decode_request(frame: bytes) -> dict[str, Any]:
 
 
 def ok_answer(value: Any = True) -> bytes:
+    """`{"ok": value}`; for the answer that only says the request was done, no bytes at all
+    (the guest's door reads them as `{"ok": true}`): the WebAssembly door writes an empty
+    answer without asking the guest for memory, 0.05 ms of every cell's report."""
+    if value is True:
+        return b""
     return json.dumps({"ok": value}, ensure_ascii=False).encode("utf-8")
 
 

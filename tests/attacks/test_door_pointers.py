@@ -48,6 +48,8 @@ class Guest:
     store: wasmtime.Store
     instance: wasmtime.Instance
     requests: list[bytes]
+    cached: bool  # the guard holds the memory and host_alloc, as a session's does
+    reply: bytes = ANSWER
 
     def export(self, name: str) -> wasmtime.Func:
         found = self.instance.exports(self.store)[name]
@@ -56,12 +58,14 @@ class Guest:
 
     def call(self, ptr: int, length: int, out_ptr: int, out_len: int) -> int:
         guard = RunGuard(GuardLimits(16, 1 << 20, 1 << 20), None, door=self.answer)
+        if self.cached:
+            guard.exports = (self.memory, self.export("host_alloc"))
         with guarding(guard):
             return int(self.export("call")(self.store, ptr, length, out_ptr, out_len))
 
     def answer(self, frame: bytes) -> bytes:
         self.requests.append(frame)
-        return ANSWER
+        return self.reply
 
     @property
     def memory(self) -> wasmtime.Memory:
@@ -73,15 +77,15 @@ class Guest:
         return bytes(self.memory.read(self.store, 0, self.memory.data_len(self.store)))
 
 
-@pytest.fixture
-def guest() -> Iterator[Guest]:
+@pytest.fixture(params=[False, True], ids=["looked-up", "cached"])
+def guest(request: pytest.FixtureRequest) -> Iterator[Guest]:
     engine = wasmtime.Engine()
     store = wasmtime.Store(engine)
     linker = wasmtime.Linker(engine)
     door_type = wasmtime.FuncType([wasmtime.ValType.i32()] * 4, [wasmtime.ValType.i32()])
     linker.define_func("host", "call", door_type, python_abi.door, access_caller=True)
     instance = linker.instantiate(store, wasmtime.Module(engine, GUEST))
-    made = Guest(store, instance, [])
+    made = Guest(store, instance, [], cached=request.param)
     made.memory.write(store, b"request", REQUEST_AT)
     yield made
 
@@ -141,5 +145,28 @@ def test_an_answer_placed_outside_the_memory_is_a_host_fault(guest: Guest, hosti
     assert guest.call(REQUEST_AT, 7, ANSWER_PTR_AT, ANSWER_LEN_AT) == python_abi.HOST_FAULT
     assert guest.snapshot() == before
     guest.export("set_hostile")(guest.store, 0)
+    assert guest.call(REQUEST_AT, 7, ANSWER_PTR_AT, ANSWER_LEN_AT) == 0
+    assert answered(guest) == ANSWER
+
+
+def test_an_empty_answer_asks_the_guest_for_no_memory(guest: Guest) -> None:
+    """The answer that only says a request was done is empty (protocol.ok_answer): written
+    as (0, 0), host_alloc not called (a hostile one would fault the call)."""
+    guest.reply = b""
+    guest.export("set_hostile")(guest.store, PAGE + 4096)
+    guest.memory.write(guest.store, b"\xff" * 8, ANSWER_PTR_AT)
+    guest.memory.write(guest.store, b"\xff" * 8, ANSWER_LEN_AT)
+    before = guest.snapshot()
+    assert guest.call(REQUEST_AT, 7, ANSWER_PTR_AT, ANSWER_LEN_AT) == 0
+    after = guest.snapshot()
+    assert after[ANSWER_PTR_AT : ANSWER_PTR_AT + 4] == after[ANSWER_LEN_AT : ANSWER_LEN_AT + 4]
+    assert after[ANSWER_PTR_AT : ANSWER_PTR_AT + 4] == bytes(4)
+    changed = [i for i, (a, b) in enumerate(zip(before, after, strict=True)) if a != b]
+    assert set(changed) <= {
+        *range(ANSWER_PTR_AT, ANSWER_PTR_AT + 4),
+        *range(ANSWER_LEN_AT, ANSWER_LEN_AT + 4),
+    }
+    guest.export("set_hostile")(guest.store, 0)
+    guest.reply = ANSWER
     assert guest.call(REQUEST_AT, 7, ANSWER_PTR_AT, ANSWER_LEN_AT) == 0
     assert answered(guest) == ANSWER
