@@ -150,7 +150,7 @@ class RunGuard:
     bytes_written: int = 0  # what the guest added to writable folders, less what it removed
     refusals: list[tuple[str, str]] = field(default_factory=list)  # (kind, detail)
     door: Callable[[bytes], bytes] | None = None  # answers the guest's door requests
-    # A session's memory and host_alloc, looked up once for its door (python_abi._frame)
+    # A session's memory and allocator export, looked up once for its door (python_abi)
     exports: tuple[wasmtime.Memory, wasmtime.Func] | None = None
     stop_reason: str | None = None  # "timeout" or "cancelled" once a wait stopped the guest
     start_path: bytes | None = None  # a one-shot run's script: its opening starts the user's code
