@@ -55,10 +55,12 @@ def snapshot(
     (default MAX_ENTRIES) items looked at, folders included (20,000 empty folders cost a walk
     too)."""
     entries: dict[str, Entry] = {}
+    base = os.fspath(root)
+    cut = len(base) if base.endswith(os.sep) else len(base) + 1  # the relative path's start
     for path, st in _walk([root], MAX_ENTRIES if limit is None else limit):
         if path is None:
             return Snapshot(entries, complete=False)
-        rel = path.relative_to(root).as_posix()
+        rel = path[cut:]
         if not stat.S_ISDIR(st.st_mode) and rel not in exclude:
             entries[rel] = Entry(st.st_size, st.st_mtime_ns, st.st_ino, _kind(st))
     return Snapshot(entries, complete=True)
@@ -85,11 +87,13 @@ def disk_growth(roots: list[Path], entry_cost: int, at_start: int | None) -> int
     return max(0, now - at_start)
 
 
-def _walk(roots: list[Path], limit: int) -> Iterator[tuple[Path | None, os.stat_result]]:
-    """Every entry under `roots` with what lstat says of it, links never followed nor
-    entered; past `limit` entries, one last (None, ...) and the walk ends. A folder that
-    vanishes or cannot be read while walking is passed over."""
-    pending, seen = list(roots), 0
+def _walk(roots: list[Path], limit: int) -> Iterator[tuple[str | None, os.stat_result]]:
+    """Every entry under `roots` (its path, as a str: a Path made for each was a third of the
+    cost of the listing the run log makes twice a cell) with what lstat says of it, links
+    never followed nor entered; past `limit` entries, one last (None, ...) and the walk
+    ends. A folder that vanishes or cannot be read while walking is passed over."""
+    pending: list[str] = [os.fspath(root) for root in roots]
+    seen = 0
     while pending:
         folder = pending.pop()
         try:
@@ -101,8 +105,8 @@ def _walk(roots: list[Path], limit: int) -> Iterator[tuple[Path | None, os.stat_
                         yield None, st
                         return
                     if stat.S_ISDIR(st.st_mode):
-                        pending.append(Path(item.path))
-                    yield Path(item.path), st
+                        pending.append(item.path)
+                    yield item.path, st
         except (FileNotFoundError, NotADirectoryError, PermissionError):
             continue
 
