@@ -32,6 +32,8 @@ Must not import: wasmtime, the kernel module (sandbox_kernel.kernel.kernel) at i
 
 from __future__ import annotations
 
+import atexit
+import os
 import threading
 from typing import Any
 
@@ -91,12 +93,46 @@ class SandboxKernelApp(IPKernelApp):
             self.kernel_class = SandboxKernel
         super().init_kernel()
 
+    def init_sockets(self) -> None:
+        """ipykernel's (7.4), adopting the shell and iopub sockets that `python -m
+        sandbox_kernel` bound before its imports (early.py), when it did."""
+        from sandbox_kernel.kernel import early
+
+        bound = early.take(self.transport, self.ip, self.shell_port, self.iopub_port)
+        if bound is None:
+            super().init_sockets()
+            return
+        self._early_iopub: zmq.Socket[Any] | None = bound.iopub
+        self.log.info("Starting the kernel at pid: %i", os.getpid())
+        self.context = context = bound.context
+        atexit.register(self.close)
+        if self.transport == "tcp":
+            self.log.warning(
+                "Kernel is running over TCP without encryption. All communication (including "
+                "code and outputs) is sent in plain text and is susceptible to eavesdropping. "
+                "Use IPC transport or launch with kernel manager-provisioned CurveZMQ keys to "
+                "enable transport encryption."
+            )
+        self.shell_socket = bound.shell
+        self.stdin_socket = context.socket(zmq.ROUTER)
+        self.stdin_socket.linger = 1000
+        self.stdin_port = self._bind_socket(self.stdin_socket, self.stdin_port)
+        if hasattr(zmq, "ROUTER_HANDOVER"):  # as ipykernel: ipython/ipykernel#270
+            self.shell_socket.router_handover = self.stdin_socket.router_handover = 1
+        self.init_control(context)
+        self.init_iopub(context)
+
     def init_iopub(self, context: zmq.Context[Any]) -> None:
-        """ipykernel's, with `ListenedIOPub` as the iopub thread."""
-        self.iopub_socket = context.socket(zmq.XPUB)
-        self.iopub_socket.linger = 1000
-        self._apply_curve_server_options(self.iopub_socket)
-        self.iopub_port = self._bind_socket(self.iopub_socket, self.iopub_port)
+        """ipykernel's, with `ListenedIOPub` as the iopub thread (on the socket bound early,
+        when there is one)."""
+        early, self._early_iopub = getattr(self, "_early_iopub", None), None
+        if early is not None:
+            self.iopub_socket = early
+        else:
+            self.iopub_socket = context.socket(zmq.XPUB)
+            self.iopub_socket.linger = 1000
+            self._apply_curve_server_options(self.iopub_socket)
+            self.iopub_port = self._bind_socket(self.iopub_socket, self.iopub_port)
         self.log.debug("iopub PUB Channel on port: %i", self.iopub_port)
         self.configure_tornado_logger()
         self.iopub_thread = ListenedIOPub(self.iopub_socket, pipe=True, session=self.session)
