@@ -99,6 +99,9 @@ class SandboxKernelApp(IPKernelApp):
         from sandbox_kernel.kernel import early
 
         bound = early.take(self.transport, self.ip, self.shell_port, self.iopub_port)
+        if bound is not None and self.curve_secretkey is not None:  # keys from configuration
+            bound.close()  # sockets bound without them are never used
+            bound = None
         if bound is None:
             super().init_sockets()
             return

@@ -3,17 +3,18 @@ app to adopt (`take`).
 
 A client connects to a kernel's ports as soon as it has launched it, before the kernel has
 bound them, and libzmq retries a refused connect after 100-200 ms (its reconnect interval
-plus a random part as long), each socket on its own draw. ipykernel binds after importing
-itself, IPython and jupyter_client, about 130 ms after launch: a socket whose first retry came
-sooner waits for a second one, and the first kernel_info reply came at 170-200 ms in half the
-starts and at 270-330 ms in the other half. Bound here, after importing only zmq (about 40 ms
-after launch), both sockets connect at their first retry. Only the two ports the first reply
-waits for are bound early: the shell's (the request) and iopub's (the kernel holds that reply
-until a client subscribes, app.py).
+plus a random part as long), each socket on its own draw. IPKernelApp binds them after
+importing ipykernel, IPython and jupyter_client, about 130 ms after launch: a socket whose
+first retry came sooner waited for a second one, and this kernel's first kernel_info reply
+came at 170-200 ms in half the starts and at 270-330 ms in the other half. Bound here, after
+importing only zmq (about 40 ms after launch), both sockets connect at their first retry.
+Only the two ports the first reply waits for are bound early: the shell's (the request) and
+iopub's (the kernel holds that reply until a client subscribes, app.py).
 
 Only a plain TCP or IPC connection file is bound early; anything else (CurveZMQ keys, a port
 of 0, a file that cannot be read) is left to ipykernel, as is every error here: the kernel
-then starts as ipykernel starts.
+then starts as ipykernel starts. The app drops the sockets when its configuration, not the
+file, gives CurveZMQ keys (app.py).
 
 Must import only the standard library and zmq: it runs before the rest of the kernel.
 """
