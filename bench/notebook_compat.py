@@ -221,6 +221,7 @@ def report(runs: list[CellRun]) -> dict[str, Any]:
     ratios = sorted(r.seconds_sandbox / r.seconds_baseline for r in timed)
     base_total = sum(r.seconds_baseline for r in runs)
     untimed = [r for r in runs if not _self_timed(r)]
+    ran = [r for r in untimed if r.baseline == r.sandbox == "ok"]
     return {
         "notebooks": len({r.notebook for r in runs}),
         "cells": len(runs),
@@ -246,6 +247,11 @@ def report(runs: list[CellRun]) -> dict[str, Any]:
         "timeit_cells": _seconds([r for r in runs if _self_timed(r)]),
         "light_cells": _seconds([r for r in untimed if r.seconds_baseline < LIGHT_SECONDS]),
         "heavy_cells": _seconds([r for r in untimed if r.seconds_baseline >= LIGHT_SECONDS]),
+        # Like for like: the cells without %timeit that ran on both kernels (a cell that fails
+        # on one times its traceback, or a file missing from the clone).
+        "ran_on_both": _seconds(ran),
+        "ran_on_both_light": _seconds([r for r in ran if r.seconds_baseline < LIGHT_SECONDS]),
+        "ran_on_both_heavy": _seconds([r for r in ran if r.seconds_baseline >= LIGHT_SECONDS]),
     }
 
 
