@@ -47,15 +47,22 @@ SETTLE_SECONDS = 3.0  # after a start, both kernels finish their own background 
 FAST_RECONNECT_MS = 5  # the sockets' retry interval of the client that measures `kernel start`
 
 
+def launch(name: str, cwd: str, extra: tuple[str, ...] = ()) -> KernelManager:
+    """The kernel `name` launched in `cwd`, its workspace there (`extra`: arguments after its
+    spec's)."""
+    manager = KernelManager(kernel_name=name)
+    env = {**os.environ, "SANDBOX_KERNEL_WORKSPACE": cwd}
+    manager.start_kernel(cwd=cwd, env=env, extra_arguments=list(extra))
+    return manager
+
+
 def start(
     name: str, cwd: str, extra: tuple[str, ...] = ()
 ) -> tuple[KernelManager, Any, float, float]:
     """A started kernel (`extra`: arguments after its spec's), its client, seconds to
     kernel_info_reply and to a first cell's reply."""
     began = time.perf_counter()
-    manager = KernelManager(kernel_name=name)
-    env = {**os.environ, "SANDBOX_KERNEL_WORKSPACE": cwd}
-    manager.start_kernel(cwd=cwd, env=env, extra_arguments=list(extra))
+    manager = launch(name, cwd, extra)
     client = manager.client()
     client.start_channels()
     client.wait_for_ready(timeout=120)
@@ -105,8 +112,7 @@ def kernel_start(name: str, cwd: str) -> float:
     context = zmq.Context()
     context.setsockopt(zmq.RECONNECT_IVL, FAST_RECONNECT_MS)
     began = time.perf_counter()
-    manager = KernelManager(kernel_name=name)
-    manager.start_kernel(cwd=cwd, env={**os.environ, "SANDBOX_KERNEL_WORKSPACE": cwd})
+    manager = launch(name, cwd)
     client = manager.client(context=context)
     try:
         client.start_channels()

@@ -21,7 +21,6 @@ Must import only the standard library and zmq: it runs before the rest of the ke
 
 from __future__ import annotations
 
-import contextlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -84,18 +83,24 @@ def bind_early(argv: list[str]) -> EarlySockets | None:
     if shell_port <= 0 or iopub_port <= 0:
         return None
     context: zmq.Context[Any] = zmq.Context()
-    shell, iopub = context.socket(zmq.ROUTER), context.socket(zmq.XPUB)
+    made = EarlySockets(
+        context,
+        context.socket(zmq.ROUTER),
+        context.socket(zmq.XPUB),
+        transport,
+        ip,
+        shell_port,
+        iopub_port,
+    )
     try:
-        for socket, port in ((shell, shell_port), (iopub, iopub_port)):
+        for socket, port in ((made.shell, shell_port), (made.iopub, iopub_port)):
             socket.linger = _LINGER_MS
             socket.bind(_address(transport, ip, port))
     except zmq.ZMQError:
-        for socket in (shell, iopub):
-            socket.close(linger=0)
-        context.term()
+        made.close()
         return None
-    _bound = EarlySockets(context, shell, iopub, transport, ip, shell_port, iopub_port)
-    return _bound
+    _bound = made
+    return made
 
 
 def take(transport: str, ip: str, shell_port: int, iopub_port: int) -> EarlySockets | None:
@@ -107,8 +112,7 @@ def take(transport: str, ip: str, shell_port: int, iopub_port: int) -> EarlySock
         return None
     wanted = (transport, ip, shell_port, iopub_port)
     if (early.transport, early.ip, early.shell_port, early.iopub_port) != wanted:
-        with contextlib.suppress(zmq.ZMQError):
-            early.close()
+        early.close()
         return None
     return early
 
