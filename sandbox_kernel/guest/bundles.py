@@ -12,9 +12,12 @@ from __future__ import annotations
 import base64
 import datetime
 import io
+import itertools
 import json
 import math
+import numbers
 import pprint
+import re
 import sys
 from typing import Any
 
@@ -26,9 +29,11 @@ __all__ = [
     "figure_png",
     "format_bundle",
     "is_jsonable",
+    "jupyter_default",
     "not_jsonable",
     "plain_text",
     "put",
+    "to_message",
     "to_plain",
 ]
 
@@ -208,4 +213,102 @@ def is_jsonable(value: Any) -> bool:
         json.dumps(value)
     except (TypeError, ValueError):
         return False
+    return True
+
+
+# -- what goes to a Jupyter frontend (results, displays, comms), as ipykernel sends it ----------
+
+_NESTING = 200  # json_clean: deeper data is refused, as the guest's stack would be spent
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def jupyter_default(obj: object) -> Any:
+    """json.dumps' fallback for what a frontend is sent, as jupyter_client's json_default (the
+    packer under ipykernel): bytes as base64 (an image formatter's PNG or JPEG), dates as ISO
+    text, other iterables as lists, numbers as int or float; anything else a TypeError."""
+    if isinstance(obj, bytes | bytearray | memoryview):
+        return base64.b64encode(obj).decode("ascii")
+    if isinstance(obj, datetime.date):
+        return obj.isoformat()
+    if isinstance(obj, str):  # a str subclass json refused (never: json takes them)
+        return str.__str__(obj)
+    if isinstance(obj, numbers.Integral):
+        return int(obj)
+    if isinstance(obj, numbers.Real):
+        return float(obj)
+    if hasattr(type(obj), "__iter__") and not isinstance(obj, type):
+        items = list(itertools.islice(obj, MAX_ITEMS + 1))  # type: ignore[call-overload]
+        if len(items) > MAX_ITEMS:  # an endless iterator would never end the cell
+            raise TypeError(f"an iterator of more than {MAX_ITEMS} items cannot be sent")
+        return items
+    raise TypeError(f"Object of type {type(obj).__name__} is not JSON serializable")
+
+
+def to_message(value: Any) -> Any:
+    """`value` (a MIME bundle, its metadata, a comm message) as JSON data a frontend can be
+    sent, converted as jupyter_client converts a message under ipykernel: jupyter_default for
+    what JSON lacks, then, if that fails, json_clean's way (keys as str, NaN and infinities as
+    their repr). What even that cannot carry (an object with no JSON form, a circular or too
+    deeply nested structure) is a ValueError, as on ipykernel ("Can't clean for JSON"), raised
+    where the value was shown; never a failure of the driver. Lone surrogates become U+FFFD."""
+    if _simple(value, 2):
+        return value  # the usual bundle: {"text/plain": "..."}, nothing to convert
+    try:
+        text = json.dumps(value, default=jupyter_default, ensure_ascii=False)
+    except Exception:  # what the value's own methods raise too (an __iter__, a __float__)
+        try:
+            text = json.dumps(_clean(value, _NESTING), default=jupyter_default, ensure_ascii=False)
+        except Exception as exc:
+            raise ValueError(f"Can't clean for JSON: {describe(exc)}") from None
+    return json.loads(_SURROGATE.sub("\ufffd", text))
+
+
+def _clean(obj: Any, depth: int) -> Any:
+    """jupyter_client's json_clean: JSON data with str keys, or ValueError."""
+    if depth <= 0:
+        raise ValueError("the data is nested too deeply (or refers to itself)")
+    if obj is None or isinstance(obj, bool | str):
+        return obj
+    if isinstance(obj, numbers.Integral):
+        return int(obj)
+    if isinstance(obj, numbers.Real):
+        number = float(obj)
+        return number if math.isfinite(number) else repr(number)
+    if isinstance(obj, bytes | bytearray | memoryview):
+        return base64.b64encode(obj).decode("ascii")
+    if isinstance(obj, dict):
+        keys = [k if isinstance(k, str) else _key(k) for k in obj]
+        if len(set(keys)) != len(keys):
+            raise ValueError(
+                "dict cannot be safely converted to JSON: key collision would lead to dropped "
+                "values"
+            )
+        return {k: _clean(v, depth - 1) for k, v in zip(keys, obj.values(), strict=True)}
+    if isinstance(obj, list | tuple | set | frozenset):
+        return [_clean(item, depth - 1) for item in obj]
+    if isinstance(obj, datetime.date):
+        return obj.isoformat()
+    raise ValueError(f"cannot send an object of type {type(obj).__name__} to the frontend")
+
+
+def _key(key: object) -> str:
+    try:
+        return str(key)
+    except Exception:
+        return plain_text(key)
+
+
+def _simple(value: Any, depth: int) -> bool:
+    """A dict of str (or, `depth` levels down, of such dicts) with no lone surrogates: JSON as
+    it is (a display's {"data": {"text/plain": ...}, "metadata": {}})."""
+    if type(value) is not dict:
+        return False
+    for key, item in value.items():
+        if type(key) is not str:
+            return False
+        if type(item) is str:
+            if not item.isascii() and _SURROGATE.search(item):
+                return False
+        elif depth <= 1 or not _simple(item, depth - 1):
+            return False
     return True

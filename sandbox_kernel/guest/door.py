@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -38,6 +39,7 @@ _ERRORS: dict[str, type[BaseException]] = {
         MemoryError,
     )
 }
+_SURROGATE = re.compile("[\ud800-\udfff]")
 # What the reactor's turns and run_cell themselves use: put back when a cell replaces them.
 
 
@@ -75,7 +77,14 @@ class DoorClient:
 
     def _send(self, op: str, fields: dict[str, Any]) -> bytes:
         message = {"op": op, **fields}
-        frame = json.dumps(message, ensure_ascii=False, default=not_jsonable).encode("utf-8")
+        try:
+            text = json.dumps(message, ensure_ascii=False, default=not_jsonable)
+        except RecursionError:
+            raise ValueError(f"what {op} was given is nested too deeply to send") from None
+        try:
+            frame = text.encode("utf-8")
+        except UnicodeEncodeError:  # lone surrogates (a str from bad bytes): shown as U+FFFD
+            frame = _SURROGATE.sub("\ufffd", text).encode("utf-8")
         try:
             return self.door(frame)
         except ConnectionRefusedError as exc:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import ast
 import base64
+import contextlib
 import io
 import linecache
 import os
@@ -69,6 +70,7 @@ from sandbox_kernel_bundles import (  # noqa: E402 - the parts are loaded just a
     figure_png,
     format_bundle,
     plain_text,
+    to_message,
     to_plain,
 )
 from sandbox_kernel_cells import (  # noqa: E402
@@ -201,9 +203,35 @@ class Driver(Binding):
         else:
             reply = self._run_plain(n, source)
         self.repair()
-        flush_streams()
         reply["displays"] = self.displays
-        self.request("done", cell=n, reply=reply)
+        self._report(n, reply)
+
+    def _report(self, n: int, reply: dict[str, Any]) -> None:
+        """Send the cell's reply. What the host cannot take (a value with no JSON form that
+        reached it some other way, a reply past its caps) never stops the driver: the reply
+        goes again without its result, displays and payloads, with the reason on stderr, and
+        at worst as a bare error."""
+        flush_streams()
+        try:
+            self.request("done", cell=n, reply=reply)
+            return
+        except Exception as exc:
+            reason = describe(exc)
+        warn(f"[sandbox] the cell's outputs could not be reported ({reason}): left out")
+        flush_streams()
+        error = reply.get("error")
+        kept: dict[str, Any] = {"status": reply.get("status", "error")}
+        if isinstance(error, dict):
+            kept["error"] = {
+                "ename": _text(error.get("ename")),
+                "evalue": _text(error.get("evalue")),
+                "traceback": [_text(line) for line in error.get("traceback") or ()],
+            }
+        try:
+            self.request("done", cell=n, reply=kept)
+        except Exception as again:
+            bare = {"ename": type(again).__name__, "evalue": reason, "traceback": []}
+            self.request("done", cell=n, reply={"status": "error", "error": bare})
 
     def _run_plain(self, n: int, source: str) -> dict[str, Any]:
         status, error, value = "ok", None, None
@@ -225,6 +253,8 @@ class Driver(Binding):
         as the host numbers it so In[n] and Out[n] match the client's prompt."""
         shell = self.shell
         self._outcome = {}
+        with contextlib.suppress(Exception):  # a cell's own display hook has none to reset
+            shell.displayhook.active = False
         if shell.execution_count != n:  # a traitlet: setting it notifies, so only when it moves
             shell.execution_count = n
         try:
@@ -237,7 +267,9 @@ class Driver(Binding):
         error = self._outcome.get("error")
         if failure is None:
             status, error = "ok", None
-            if self._outcome.get("error"):  # a formatter's failure, shown, the cell went on
+            if self._outcome.get("displayhook_error"):  # ipykernel then fails the request
+                status, error = "error", {**self._outcome["displayhook_error"], "shown": True}
+            elif self._outcome.get("error"):  # a formatter's failure, shown, the cell went on
                 warn("\n".join(self._outcome["error"]["traceback"]))
         else:
             status = "cancelled" if isinstance(failure, KeyboardInterrupt) else "error"
@@ -305,6 +337,9 @@ class Driver(Binding):
         now, as ipykernel's display hook publishes it, so that it comes before what the cell
         shows after it (the figures the inline backend flushes once the cell has run). The
         host shows it from the reply instead when it has not shown it here."""
+        # As ipykernel's packer: bytes (an image formatter's) as base64; what has no JSON form
+        # is a ValueError in the cell, as there (IPython's display hook raises it).
+        data, metadata = to_message(data), to_message(metadata)
         self._outcome["result"], self._outcome["result_metadata"] = data, metadata
         flush_streams()
         try:
@@ -312,16 +347,26 @@ class Driver(Binding):
         except Exception as exc:  # the reply still carries it
             warn(f"the result could not be shown now: {describe(exc)}")
 
-    def set_error(self, etype: Any, evalue: Any, stb: list[str]) -> None:
-        name = getattr(etype, "__name__", None) or type(evalue).__name__
-        evalue_text = safe_str(evalue) if isinstance(evalue, BaseException) else str(evalue)
-        self._outcome["error"] = {"ename": name, "evalue": evalue_text, "traceback": list(stb)}
+    def set_error(
+        self, etype: Any, evalue: Any, stb: list[str], in_displayhook: bool = False
+    ) -> None:
+        """IPython's traceback for the cell (or for a formatter that failed: shown on
+        stderr; in the display hook it fails the cell's request, as on ipykernel)."""
+        name = _text(getattr(etype, "__name__", None) or type(evalue).__name__)
+        evalue_text = safe_str(evalue) if isinstance(evalue, BaseException) else _text(evalue)
+        lines = [_text(line) for line in stb] if isinstance(stb, list) else [_text(stb)]
+        error = {"ename": name, "evalue": evalue_text, "traceback": lines}
+        if in_displayhook and not self._outcome.get("displayhook_error"):
+            warn("\n".join(lines))  # now, before the result, as ipykernel shows it
+            self._outcome["displayhook_error"] = error
+        else:
+            self._outcome["error"] = error
 
     def publish_display(self, message: dict[str, Any]) -> None:
         """A display, or an update of one by its display_id, shown now (after what the cell
         printed before it)."""
         flush_streams()
-        self._send_display(message)
+        self._send_display(to_message(message))
 
     def clear_output(self, wait: bool = False) -> None:
         flush_streams()
@@ -404,8 +449,11 @@ class Driver(Binding):
         """Send `name`'s value in __main__, as plain JSON data (see to_plain), to the host."""
         namespace = vars(self.main)
         found = isinstance(name, str) and name in namespace
-        value = to_plain(namespace[name]) if found else None
-        self.request("value", name=name, found=found, value=value)
+        try:
+            value = to_plain(namespace[name]) if found else None
+            self.request("value", name=name, found=found, value=value)
+        except Exception as exc:  # a value no conversion carries: its description instead
+            self.request("value", name=name, found=found, value=f"<{describe(exc)}>")
 
     def comm_handle(self, msg_type: str, message_json: str) -> None:
         """A frontend's comm message, handled by the guest's comm manager (comms.py)."""
@@ -482,8 +530,9 @@ class Driver(Binding):
         try:
             reply = introspect.complete(vars(self.main), code, cursor_pos)
         except Exception:
-            reply = {"matches": [], "cursor_start": cursor_pos, "cursor_end": cursor_pos}
-        self.request("value", name="__complete__", found=True, value=reply)
+            reply = None
+        empty = {"matches": [], "cursor_start": cursor_pos, "cursor_end": cursor_pos}
+        self._answer("__complete__", reply, empty)
 
     def inspect(self, code: str, cursor_pos: int, detail: int = 0) -> None:
         """Send Jupyter's inspect_reply content for the name at `cursor_pos` to the host."""
@@ -492,8 +541,8 @@ class Driver(Binding):
         try:
             reply = to_plain(introspect.inspect_object(vars(self.main), code, cursor_pos, detail))
         except Exception:
-            reply = {"found": False}
-        self.request("value", name="__inspect__", found=True, value=reply)
+            reply = None
+        self._answer("__inspect__", reply, {"found": False})
 
     def evaluate(self, expressions: dict[str, str]) -> None:
         """Send Jupyter's user_expressions to the host: for each {name: source}, its MIME
@@ -505,13 +554,24 @@ class Driver(Binding):
             try:
                 value = eval(compile(source, "<user_expression>", "eval"), namespace)
                 data, metadata = format_bundle(value)
+                data, metadata = to_message(data), to_message(metadata)
                 results[key] = {"status": "ok", "data": data, "metadata": metadata}
             except KeyboardInterrupt:
                 break
             except BaseException as exc:  # whatever an expression raises is its answer
                 error = {"ename": type(exc).__name__, "evalue": safe_str(exc)}
                 results[key] = {"status": "error", **error, "traceback": []}
-        self.request("value", name="__expressions__", found=True, value=results)
+        self._answer("__expressions__", results, {})
+
+    def _answer(self, name: str, value: Any, fallback: Any) -> None:
+        """A value the host waits for; `fallback` when `value` cannot be sent (or is None)."""
+        if value is not None:
+            try:
+                self.request("value", name=name, found=True, value=value)
+                return
+            except Exception as exc:
+                warn(f"[sandbox] {name.strip('_')} could not be answered: {describe(exc)}")
+        self.request("value", name=name, found=True, value=fallback)
 
 
 # list_image: the addresses sent at a time (64 kB); objects whose traversal shows what their
@@ -528,6 +588,16 @@ _RUNNING_CODE = (
 def _image_object(each: object) -> bool:
     """Whether list_image sends `each` (the reasons are its docstring's)."""
     return type(each) not in _RUNNING_CODE and not isinstance(each, int)
+
+
+def _text(value: object) -> str:
+    """`value` as str for a reply (a str subclass or an object with a failing __str__ too)."""
+    if type(value) is str:
+        return value
+    try:
+        return str.__str__(value) if isinstance(value, str) else str(value)
+    except Exception as exc:
+        return f"<unprintable {type(value).__name__}: {describe(exc)}>"
 
 
 def _is_usage_error(exc: BaseException) -> bool:

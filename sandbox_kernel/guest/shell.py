@@ -272,6 +272,11 @@ def _output_classes(driver: Any) -> tuple[Any, Any]:
 
     class DoorDisplayHook(DisplayHook):
         exec_result = None  # a plain attribute, not a trait: see _PLAIN_TRAITS
+        active = False  # between start_displayhook and its end (a formatter's error then)
+
+        def start_displayhook(self) -> None:
+            self.active = True
+            super().start_displayhook()
 
         def write_output_prompt(self) -> None:
             pass
@@ -279,10 +284,14 @@ def _output_classes(driver: Any) -> tuple[Any, Any]:
         def write_format_data(
             self, format_dict: dict[str, Any], md_dict: dict[str, Any] | None = None
         ) -> None:
-            driver.set_result(format_dict, md_dict or {})
+            try:
+                driver.set_result(format_dict, md_dict or {})
+            except BaseException:  # the cell's error (no JSON form), not a formatter's
+                self.active = False
+                raise
 
         def finish_displayhook(self) -> None:
-            pass
+            self.active = False
 
     return DoorDisplayPublisher, DoorDisplayHook
 
@@ -362,7 +371,7 @@ def _shell_class(driver: Any) -> Any:
             return etype, value, tb
 
         def _showtraceback(self, etype: Any, evalue: Any, stb: list[str]) -> None:
-            driver.set_error(etype, evalue, stb)
+            driver.set_error(etype, evalue, stb, getattr(self.displayhook, "active", False))
 
         def should_run_async(
             self,

@@ -83,7 +83,7 @@ def warn(text: str) -> None:
 def safe_str(exc: BaseException) -> str:
     try:
         return str(exc)
-    except Exception:  # an exception whose __str__ fails still gets reported
+    except BaseException:  # an exception whose __str__ fails (even by SystemExit) is reported
         return f"<unprintable {type(exc).__name__}>"
 
 
