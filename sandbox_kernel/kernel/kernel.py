@@ -2,6 +2,8 @@
 
 A thin adapter: Jupyter messages in, ReplSandbox calls out, message contents from
 `messages.py`. Magics are handled here, never in the guest.
+stop_on_error aborts the requests that arrived before a failed cell's reply, never a later one
+(aborts.py).
 
 A cell runs on the event loop's own thread, as ipykernel's IPythonKernel runs one: nothing
 the loop does is needed while it runs. Its output is published by a ticker thread through the
@@ -34,10 +36,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ipykernel._version import kernel_protocol_version
-from ipykernel.kernelbase import Kernel
 from traitlets import Float
 
 from sandbox_kernel import __version__
+from sandbox_kernel.kernel.aborts import AbortsByArrival
 from sandbox_kernel.repl.host_view import (
     GUEST_PYTHON,
     files_changed,
@@ -89,7 +91,7 @@ def _drop(line: str) -> None:
     """Output of a silent execution goes nowhere."""
 
 
-class SandboxKernel(Kernel):
+class SandboxKernel(AbortsByArrival):
     implementation = "sandbox-kernel"
     implementation_version = __version__
     language = "python"
