@@ -3,10 +3,11 @@
     python -m sandbox_kernel.runner.worker
 
 Reads JSON lines on stdin: first {"op": "settings"}, then runs and cancels; answers on the
-stdout it was started with. sys.stdout is pointed at stderr first, so that nothing printed in
-this process (a library's warning, a stray print) can be read as an answer. Warms the images
-(engine.warm_up) before it says it is ready. Runs one run at a time, on a thread, so that a
-cancel can arrive while it runs. Ends when stdin closes.
+stdout it was started with ("started" as it begins a run, "done" with its response). sys.stdout
+is pointed at stderr first, so that nothing printed in this process (a library's warning, a
+stray print) can be read as an answer. Warms the images (engine.warm_up) before it says it is
+ready. Runs one run at a time, on a thread, so that a cancel can arrive while it runs. Ends
+when stdin closes.
 
 Must not import: anything Jupyter.
 """
@@ -72,6 +73,8 @@ def main() -> int:
         if message.get("op") == "run":
             with lock:
                 running[str(message["id"])] = Cancellation()
+            # Before it begins: a worker lost before saying so never ran it (workers.py).
+            answers.send({"op": "started", "id": str(message["id"])})
             thread = threading.Thread(target=run, args=(message,), name="sandbox-kernel-run")
             thread.start()
             threads = [t for t in threads if t.is_alive()] + [thread]

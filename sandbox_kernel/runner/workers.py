@@ -14,13 +14,19 @@ disk (the warm-start image and each dataset's: the page cache holds one copy for
 The protocol is JSON lines on the worker's stdin and its own copy of stdout (the worker's
 sys.stdout is its stderr, so nothing it prints can be taken for an answer): the host sends
 {"op": "run", "id", "request", "run_id"} and {"op": "cancel", "id"}; the worker says
-{"op": "ready"} once warm, then {"op": "done", "id", "response"} for each run.
+{"op": "ready"} once warm, then {"op": "started", "id"} and {"op": "done", "id", "response"}
+for each run.
 
-A worker that dies mid-run (killed, out of memory) or does not answer within the run's timeout
-and `grace_seconds` (then killed) is replaced, and its run answered with RUNNER_INTERNAL_ERROR
-saying so; the run's capsule is written under the run id the host chose, unless the worker
-wrote it first, so no run goes unrecorded and none is recorded twice. A cancel (the client went
-away) is passed on to the worker, which stops the run as an in-process cancel would.
+A worker acknowledges each run ({"op": "started", "id"}) before it begins it. A worker that dies
+while idle is replaced as soon as its pipe closes, and one found dead when a run is handed to it
+(it died before it could say "started") is replaced and the run given to another: the run never
+ran, so its caller never hears of it (at most `_HANDOVERS` times a run: a request that kills
+every worker it reaches is answered as one lost mid-run). A worker that dies mid-run (killed,
+out of memory) or does not answer within the run's timeout and `grace_seconds` (then killed) is
+replaced, and its run answered with RUNNER_INTERNAL_ERROR saying so; the run's capsule is
+written under the run id the host chose, unless the worker wrote it first, so no run goes
+unrecorded and none is recorded twice. A cancel (the client went away) is passed on to the
+worker, which stops the run as an in-process cancel would.
 
 Must not import: wasmtime, anything Jupyter.
 """
@@ -38,6 +44,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import IO, Any, Final
@@ -56,17 +63,26 @@ logger = logging.getLogger("sandbox_kernel.serve")
 _START_TIMEOUT_SECONDS: Final = 600.0  # a cold cache compiles the guest first (~1 min)
 _RESTART_PAUSE_SECONDS: Final = 1.0  # between a worker that would not start and the next
 _MAX_LINE_BYTES: Final = 256 * 1024 * 1024  # one answer (capped by the runner long before)
+_HANDOVERS: Final = 3  # workers a run is given to when each is found gone before it began
 
 
 class WorkerLost(Exception):
-    """The worker running a run died or stopped answering; why, in words."""
+    """The worker running a run died or stopped answering; why, in words. `started`: whether
+    the worker had begun the run (said so) before it was lost."""
+
+    def __init__(self, why: str, *, started: bool = True) -> None:
+        super().__init__(why)
+        self.started = started
 
 
 class _Worker:
     """One worker process and the runs it has been given (one at a time)."""
 
-    def __init__(self, settings: RunnerSettings, number: int) -> None:
+    def __init__(
+        self, settings: RunnerSettings, number: int, on_exit: Callable[[_Worker], None]
+    ) -> None:
         self.number = number
+        self._on_exit = on_exit  # called on the reader thread once the process has gone
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         self.process = subprocess.Popen(
             [sys.executable, "-m", "sandbox_kernel.runner.worker"],
@@ -80,7 +96,9 @@ class _Worker:
         self._send_lock = threading.Lock()
         self.ready: Future[None] = Future()
         self._pending: dict[str, Future[RunnerResponse]] = {}
+        self._started: set[str] = set()  # pending runs the worker said it began
         self._lock = threading.Lock()
+        self.gone = threading.Event()  # its pipe closed: the process ended or is ending
         self._send({"op": "settings", "settings": settings.model_dump(mode="json")})
         self._reader = threading.Thread(
             target=self._read,
@@ -104,7 +122,9 @@ class _Worker:
             pass
         finally:
             stdout.close()
-        self._lost(WorkerLost(self._why_gone()))
+        self.gone.set()
+        self._lost(self.why_gone())
+        self._on_exit(self)
 
     def _answer(self, line: bytes) -> None:
         try:
@@ -113,9 +133,15 @@ class _Worker:
                 if not self.ready.done():
                     self.ready.set_result(None)
                 return
+            if message.get("op") == "started":
+                with self._lock:
+                    if str(message["id"]) in self._pending:
+                        self._started.add(str(message["id"]))
+                return
             response = RunnerResponse.model_validate(message["response"])
             with self._lock:
                 future = self._pending.pop(str(message["id"]), None)
+                self._started.discard(str(message["id"]))
         except (ValueError, KeyError, TypeError, ValidationError, AttributeError) as exc:
             logger.error("worker %d said something unreadable: %s", self.number, exc)
             self.kill()
@@ -123,7 +149,7 @@ class _Worker:
         if future is not None and not future.done():
             future.set_result(response)
 
-    def _why_gone(self) -> str:
+    def why_gone(self) -> str:
         try:
             status = self.process.wait(timeout=5)
         except subprocess.TimeoutExpired:
@@ -133,25 +159,30 @@ class _Worker:
                 return f"it was killed by {signal.Signals(-status).name}"
         return f"it exited with status {status}"
 
-    def _lost(self, error: WorkerLost) -> None:
+    def _lost(self, why: str) -> None:
         if not self.ready.done():
-            self.ready.set_exception(error)
+            self.ready.set_exception(WorkerLost(why))
         with self._lock:
-            pending, self._pending = list(self._pending.values()), {}
-        for future in pending:
+            pending, self._pending = self._pending, {}
+            started, self._started = self._started, set()
+        for run, future in pending.items():
             if not future.done():
-                future.set_exception(error)
+                future.set_exception(WorkerLost(why, started=run in started))
 
     def submit(self, run: str, request: JsonValue, run_id: str) -> Future[RunnerResponse]:
         future: Future[RunnerResponse] = Future()
         with self._lock:
+            if self.gone.is_set():  # _lost has answered the runs it had: this one is new
+                future.set_exception(WorkerLost(self.why_gone(), started=False))
+                return future
             self._pending[run] = future
         try:
             self._send({"op": "run", "id": run, "request": request, "run_id": run_id})
-        except OSError:
+        except (OSError, ValueError):  # its pipe is broken (or closed): it never got the run
             with self._lock:
                 self._pending.pop(run, None)
-            future.set_exception(WorkerLost(self._why_gone()))
+            if not future.done():
+                future.set_exception(WorkerLost(self.why_gone(), started=False))
         return future
 
     def cancel(self, run: str) -> None:
@@ -160,7 +191,7 @@ class _Worker:
 
     @property
     def alive(self) -> bool:
-        return self.process.poll() is None
+        return not self.gone.is_set() and self.process.poll() is None
 
     def kill(self) -> None:
         with contextlib.suppress(ProcessLookupError):
@@ -197,6 +228,7 @@ class WorkerPool:
         self.replaced = 0  # workers replaced after dying or hanging
         self._idle: queue.Queue[_Worker] = queue.Queue()
         self._workers: set[_Worker] = set()
+        self._busy: set[_Worker] = set()  # taken from the idle ones, not yet given back
         self._numbers = itertools.count(1)
         self._runs = itertools.count(1)
         self._lock = threading.Lock()
@@ -208,7 +240,7 @@ class WorkerPool:
         """Start a worker; it joins the idle ones once warm (on a thread: never waited for)."""
         if self._closed.is_set():
             return
-        worker = _Worker(self.settings, next(self._numbers))
+        worker = _Worker(self.settings, next(self._numbers), self._exited)
         with self._lock:
             self._workers.add(worker)
         threading.Thread(
@@ -232,12 +264,28 @@ class WorkerPool:
             return
         self._idle.put(worker)
 
-    def _retire(self, worker: _Worker) -> None:
+    def _retire(self, worker: _Worker) -> bool:
+        """Kill `worker` and forget it; False when it had been retired already (by another
+        thread that saw it go), so that each lost worker is replaced once."""
         worker.kill()
         with self._lock:
+            known = worker in self._workers
             self._workers.discard(worker)
         with contextlib.suppress(ChildProcessError, subprocess.TimeoutExpired):
             worker.process.wait(timeout=10)
+        return known
+
+    def _exited(self, worker: _Worker) -> None:
+        """A worker's process ended (its reader thread says so). A warm one that ends while
+        idle is replaced now, not when a run would find it dead; one that never became warm
+        is _await_ready's, and one lost mid-run is run()'s to report (it replaces it too)."""
+        if self._closed.is_set() or not worker.ready.done() or worker.ready.exception():
+            return
+        with self._lock:
+            busy = worker not in self._workers or worker in self._busy
+        if not busy:
+            logger.warning("worker %d ended while idle (%s)", worker.number, worker.why_gone())
+            self._replace(worker)
 
     def wait_ready(self, timeout: float = _START_TIMEOUT_SECONDS) -> int:
         """Wait until every worker is warm (or `timeout` passes); how many are."""
@@ -262,31 +310,72 @@ class WorkerPool:
         """Answer `request` in a worker: its response, or a recorded RUNNER_INTERNAL_ERROR
         when no worker became free in time or the worker was lost."""
         wait = timeout_seconds + self.grace_seconds
-        try:
-            worker = self._idle.get(timeout=wait)
-        except queue.Empty:
-            message = f"no worker process was free within {wait:g} s (they are being replaced)"
-            return self._failed(request, run_id, message)
-        run = str(next(self._runs))
-        future = worker.submit(run, request, run_id)
-        cancellation.attach(_RemoteRun(worker, run))
-        try:
-            response = future.result(timeout=wait)
-        except (WorkerLost, FutureTimeout) as exc:
-            why = str(exc) or f"it did not answer within {wait:g} s"
-            logger.error("worker %d lost its run %s: %s", worker.number, run_id, why)
+        deadline = time.monotonic() + wait
+        for handover in range(1, _HANDOVERS + 1):
+            worker = self._take_idle(deadline)
+            if worker is None:
+                message = f"no worker process was free within {wait:g} s (they are being replaced)"
+                return self._failed(request, run_id, message)
+            run = str(next(self._runs))
+            future = worker.submit(run, request, run_id)
+            cancellation.attach(_RemoteRun(worker, run))
+            try:
+                response = future.result(timeout=wait)
+            except WorkerLost as exc:
+                self._replace(worker)
+                if not exc.started and handover < _HANDOVERS:  # it never began: another runs it
+                    logger.warning(
+                        "worker %d was gone before run %s: %s", worker.number, run_id, exc
+                    )
+                    continue
+                return self._lost(request, run_id, worker, str(exc))
+            except FutureTimeout:
+                self._replace(worker)
+                return self._lost(request, run_id, worker, f"it did not answer within {wait:g} s")
+            finally:
+                cancellation.attach(None)
+            self._give_back(worker)
+            return response
+        raise AssertionError("unreachable: the last handover returns")
+
+    def _take_idle(self, deadline: float) -> _Worker | None:
+        """A live idle worker, marked busy (dead ones found on the way are replaced); None
+        when none comes by `deadline`."""
+        while True:
+            try:
+                worker = self._idle.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                return None
+            with self._lock:
+                self._busy.add(worker)
+            if worker.alive:
+                return worker
+            logger.warning(
+                "worker %d was found dead while idle (%s)", worker.number, worker.why_gone()
+            )
             self._replace(worker)
-            message = f"the worker process running this query stopped ({why}); it was replaced"
-            return self._failed(request, run_id, message)
-        finally:
-            cancellation.attach(None)
+
+    def _give_back(self, worker: _Worker) -> None:
+        with self._lock:
+            self._busy.discard(worker)
         self._idle.put(worker)
-        return response
+        if not worker.alive:  # it went just now: _exited saw it busy and left it to us
+            self._exited(worker)
+
+    def _lost(
+        self, request: dict[str, Any], run_id: str, worker: _Worker, why: str
+    ) -> RunnerResponse:
+        logger.error("worker %d lost its run %s: %s", worker.number, run_id, why)
+        message = f"the worker process running this query stopped ({why}); it was replaced"
+        return self._failed(request, run_id, message)
 
     def _replace(self, worker: _Worker) -> None:
-        self._retire(worker)
-        self.replaced += 1
-        self._start_worker()
+        """Retire `worker` and start another, once however many threads saw it go."""
+        with self._lock:
+            self._busy.discard(worker)
+        if self._retire(worker):
+            self.replaced += 1
+            self._start_worker()
 
     def _failed(self, request: dict[str, Any], run_id: str, message: str) -> RunnerResponse:
         return failed_run(
