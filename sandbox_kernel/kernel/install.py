@@ -32,6 +32,7 @@ from pathlib import Path
 from jupyter_client.kernelspec import KernelSpecManager
 
 from sandbox_kernel.core.errors import PolicyValidationError
+from sandbox_kernel.core.launch import host_python
 from sandbox_kernel.core.policy import load_policy
 from sandbox_kernel.kernel import KERNEL_NAME
 
@@ -81,7 +82,7 @@ def kernel_spec(
     """kernel.json's content for this interpreter (`guarded`: the guarded twin's; `policy`: a
     policy file every kernel of the spec loads, checked and made absolute here)."""
     spec = _shipped_spec()
-    spec["argv"] = [sys.executable, "-m", "sandbox_kernel", "-f", "{connection_file}"]
+    spec["argv"] = host_python("-m", "sandbox_kernel", "-f", "{connection_file}")
     if name != KERNEL_NAME:
         spec["display_name"] = f"{spec['display_name']} [{name}]"
     variables: dict[str, str] = {}
@@ -163,14 +164,16 @@ def enterprise_gateway_spec(
     spec["display_name"] = f"{spec['display_name']} [Enterprise Gateway, {mode}]"
     config: dict[str, str] = {}
     if mode == "distributed":
-        argv = [remote_python or sys.executable, "-m", "sandbox_kernel.kernel.remote"]
+        argv = host_python("-m", "sandbox_kernel.kernel.remote", python=remote_python)
         argv += _GATEWAY_ARGS + (["--ip", kernel_ip] if kernel_ip else [])
         if remote_hosts:
             config["remote_hosts"] = ",".join(remote_hosts)
     else:
         if not image:
             raise InstallError("the Kubernetes spec needs --image (built from deploy/kubernetes)")
-        argv = ["python", "{resource_dir}/scripts/launch_kubernetes.py", *_GATEWAY_ARGS]
+        argv = host_python(
+            "{resource_dir}/scripts/launch_kubernetes.py", *_GATEWAY_ARGS, python="python"
+        )
         config["image_name"] = image
     spec["argv"] = argv
     proxy: dict[str, object] = {"class_name": _PROCESS_PROXIES[mode]}

@@ -41,7 +41,6 @@ import os
 import queue
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -51,6 +50,7 @@ from typing import IO, Any, Final
 
 from pydantic import JsonValue, ValidationError
 
+from sandbox_kernel.core.launch import host_python
 from sandbox_kernel.runner.api import failed_run
 from sandbox_kernel.runner.engine import Cancellation
 from sandbox_kernel.runner.models import ErrorCode, RunnerResponse
@@ -85,7 +85,7 @@ class _Worker:
         self._on_exit = on_exit  # called on the reader thread once the process has gone
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "sandbox_kernel.runner.worker"],
+            host_python("-m", "sandbox_kernel.runner.worker"),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             env=env,

@@ -81,7 +81,7 @@ def test_the_specs_for_enterprise_gateway() -> None:
     )  # fmt: skip
     argv = spec["argv"]
     assert isinstance(argv, list)
-    assert argv[:3] == ["/opt/py/bin/python", "-m", "sandbox_kernel.kernel.remote"]
+    assert argv[:4] == ["/opt/py/bin/python", "-P", "-m", "sandbox_kernel.kernel.remote"]
     assert "{response_address}" in argv and "{public_key}" in argv and argv[-2:] == [
         "--ip", "10.0.0.5",
     ]  # fmt: skip
@@ -90,7 +90,7 @@ def test_the_specs_for_enterprise_gateway() -> None:
     assert proxy["class_name"].endswith("distributed.DistributedProcessProxy")
     assert proxy["config"] == {"remote_hosts": "a,b"}
     kube = enterprise_gateway_spec("kubernetes", image="registry.example/sandbox-kernel:1")
-    assert kube["argv"][1] == "{resource_dir}/scripts/launch_kubernetes.py"  # type: ignore[index]
+    assert kube["argv"][1:3] == ["-P", "{resource_dir}/scripts/launch_kubernetes.py"]  # type: ignore[index]
     assert kube["metadata"]["process_proxy"]["config"] == {  # type: ignore[index]
         "image_name": "registry.example/sandbox-kernel:1"
     }

@@ -43,6 +43,7 @@ from typing import Any, BinaryIO, Final
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from sandbox_kernel.core.launch import host_python
 from sandbox_kernel.repl.daemon.protocol import (
     DaemonUnavailable,
     FrameError,
@@ -268,7 +269,7 @@ class Daemon:
 
     def _spawn(self) -> None:
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        argv = [sys.executable, "-m", "sandbox_kernel.repl.daemon.worker", str(theirs.fileno())]
+        argv = host_python("-m", "sandbox_kernel.repl.daemon.worker", str(theirs.fileno()))
         process = subprocess.Popen(argv, pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL)
         theirs.close()
         worker = _Worker(process, mine)
@@ -349,10 +350,10 @@ def start_daemon(settings: DaemonSettings, log: Path | None = None) -> dict[str,
         return daemon_status(path)
     private_folder(path.parent)
     log = log or path.with_suffix(".log")
-    argv = [
-        sys.executable, "-m", "sandbox_kernel.repl.daemon", "--socket", str(path),
+    argv = host_python(
+        "-m", "sandbox_kernel.repl.daemon", "--socket", str(path),
         "--pool", str(settings.pool), "--max-sessions", str(settings.max_sessions),
-    ]  # fmt: skip
+    )  # fmt: skip
     with _append_nofollow(log) as output:
         # --detach: the process forks and its first half exits at once, so the daemon is
         # nobody's child (never a zombie of ours, never killed with our terminal).
