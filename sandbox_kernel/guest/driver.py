@@ -29,7 +29,7 @@ import os
 import sys
 import traceback
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 # The driver's parts, each a guest module of its own, in the order they load: its streams,
@@ -138,16 +138,21 @@ def install(
             imports.after_import("comm", comms.patch)
         for package, folder in (package_data or {}).items():
             imports.after_import(package, imports.extend_path(folder))
-    for folder in (library, packages):
-        if folder is not None and folder not in sys.path:
-            sys.path.append(folder)
+    if library is not None and library not in sys.path:
+        sys.path.append(library)
+    driver.image_path = tuple(path for path in sys.path if path)
     driver.packages = packages
     if workdir is not None:
         os.chdir(workdir)
     if shell:
-        if "" not in sys.path:  # as ipykernel: modules in the working folder are importable
-            sys.path.insert(0, "")
-        driver.start_shell()
+        with driver.image_only():
+            driver.start_shell()
+    # Only now the folders a session's own code can write: what a shared image imports comes
+    # from the image's folders alone (image_only, check_image).
+    if packages is not None and packages not in sys.path:
+        sys.path.append(packages)
+    if shell and "" not in sys.path:  # as ipykernel: modules in the working folder import
+        sys.path.insert(0, "")
     with memoryview(driver.flag) as view:  # hex of the pattern without copying its bytes
         magic = view[1:].hex()
     driver.request("hello", flag_magic=magic)
@@ -182,6 +187,7 @@ class Driver(Binding):
         self.displays: list[dict[str, Any]] = []  # the running cell's, in order
         self.shell: Any = None  # IPython's shell (shell.py), when cells run through it
         self.packages: str | None = None  # the session's %pip folder
+        self.image_path: tuple[str, ...] = tuple(sys.path)  # the image's folders (install())
         self._outcome: dict[str, Any] = {}  # what the shell reported for the running cell
         self._shell_suspect = False  # a cell failed: probe the shell before the next one
         # The latest cell from the host, and the hash that names its file (shell.py)
@@ -289,6 +295,33 @@ class Driver(Binding):
             "result_metadata": self._outcome.get("result_metadata", {}),
             "payload": payload,
         }
+
+    @contextlib.contextmanager
+    def image_only(self) -> Iterator[None]:
+        """Imports inside see only the image's own folders (the interpreter's and the guest
+        library's): never the working folder, the workspace or %pip's folder, which another
+        user's notebook or a cell can write. The warm image these imports go into is shared by
+        every kernel of the machine."""
+        saved = sys.path[:]
+        sys.path[:] = list(self.image_path)
+        try:
+            yield
+        finally:
+            sys.path[:] = saved
+
+    def check_image(self) -> None:
+        """Refuse to go on as a shared image holding a module from outside the image's own
+        folders (a planted `numbers.py` would run in every kernel started from it)."""
+        roots = tuple(path.rstrip("/") + "/" for path in self.image_path)
+        foreign = sorted(
+            name
+            for name, module in list(sys.modules.items())
+            if isinstance(origin := getattr(module, "__file__", None), str)
+            and not origin.startswith("<")
+            and not origin.startswith(roots)
+        )
+        if foreign:
+            raise ImportError(f"modules from outside the image: {', '.join(foreign)}")
 
     def start_shell(self) -> None:
         """IPython's shell over __main__ (shell.py), and what repair() keeps of it."""

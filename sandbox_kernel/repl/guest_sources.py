@@ -138,8 +138,15 @@ def warm_imports(modules: tuple[str, ...], ipython: bool = False) -> str:
     imports = f"for {name} in {modules!r}:\n    __import__({name})\ndel {name}\n"
     if ipython:  # imported as a cell imports them: with IPython's builtins (get_ipython), which
         # pandas asks for as it loads, to lay out its reprs for a notebook
-        indented = "".join(f"    {line}\n" for line in imports.splitlines())
-        imports = "with __import__('IPython').get_ipython().builtin_trap:\n" + indented
+        imports = "with __import__('IPython').get_ipython().builtin_trap:\n" + _indented(imports)
         imports += "__import__('sys').modules['sandbox_kernel_shell'].warm_tracebacks()\n"
+    # The image is shared by every kernel of the machine: its modules come from the image's own
+    # folders only, never a notebook's folder or a workspace (Driver.image_only, check_image).
+    imports = f"with {DRIVER_NAME}.image_only():\n" + _indented(imports)
+    imports += f"{DRIVER_NAME}.check_image()\n"
     frozen = "__import__('gc').collect()\n__import__('gc').freeze()\n"
     return imports + frozen + f"{DRIVER_NAME}.list_image()\n"
+
+
+def _indented(source: str) -> str:
+    return "".join(f"    {line}\n" for line in source.splitlines())

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import sys
 from pathlib import Path
 
 from sandbox_kernel import ExecutionStatus, REPLConfig, ReplSandbox
@@ -113,3 +114,57 @@ def test_a_rollback_from_a_warm_start_is_the_image_byte_for_byte(
         assert plain(repl.execute("bytes(set(grown)), len(grown)")) == "(b'g', 40000000)"
     finally:
         repl.destroy()
+
+
+# A module planted in a folder a session's code can write: it records that it ran (in the
+# guest's builtins, which a warm image keeps) and steps aside for the real module.
+PLANTED = """\
+import builtins as _builtins, importlib as _importlib, sys as _sys
+_builtins.__dict__.setdefault("__planted__", []).append(__name__)
+_here = __file__.rpartition("/")[0]
+del _sys.modules[__name__]
+_saved = _sys.path[:]
+_sys.path[:] = [p for p in _sys.path if p not in ("", ".", _here)]
+try:
+    _sys.modules[__name__] = _importlib.import_module(__name__)
+finally:
+    _sys.path[:] = _saved
+"""
+PLANTED_NAMES = sorted(
+    name
+    for name in sys.stdlib_module_names
+    if name.isidentifier() and not name.startswith("_") and name not in ("sys", "builtins")
+)
+
+
+def test_a_shared_image_holds_no_module_from_a_folder_the_guest_writes(
+    private_cache: Path, tmp_path: Path
+) -> None:
+    """A notebook's folder (the session's working folder, first on sys.path as on ipykernel)
+    holds a module for every standard-library name. The first session made in
+    it builds the machine's shared warm image (IPython, then `decimal`, which imports
+    `numbers`): none of the planted modules may go into it, and a session started from the
+    image in a clean folder must not run them."""
+    poisoned, clean = tmp_path / "poisoned", tmp_path / "clean"
+    poisoned.mkdir()
+    for name in PLANTED_NAMES:
+        (poisoned / f"{name}.py").write_text(PLANTED)
+    clean.mkdir()
+    modules = ("decimal",)
+    first = new_repl(repl_config(poisoned, ipython=True, warm_start_modules=modules))
+    try:
+        run_ok(first, "x = 1")
+    finally:
+        first.destroy()
+    assert sorted((private_cache / "warm").glob("*.mem")), "the first session saves the image"
+    later = new_repl(repl_config(clean, ipython=True, warm_start_modules=modules))
+    try:
+        found = plain(
+            later.execute(
+                "import builtins, decimal, numbers\n"
+                "getattr(builtins, '__planted__', None), numbers.__file__.startswith('/app')"
+            )
+        )
+    finally:
+        later.destroy()
+    assert found == "(None, False)"
