@@ -1,18 +1,21 @@
 """The output firewall's rules for comms: what a guest's widgets may send to the page.
 
-A widget is a model the frontend renders from the state its comm sends; some state fields
-are HTML, and a model's module names the JavaScript that renders it. So, by default
-(untrusted), a guest comm's message passes only when:
+A widget is a model the frontend renders from the state its comm sends, with the view the
+state names: the view decides what is written as HTML, fetched or applied as CSS. So, by
+default (untrusted), a guest comm's message passes only when:
 
     its target is jupyter.widget (a model) or jupyter.widget.control (the states the page
     asks for when it reconnects); any other target (a library's own comm, whose frontend
     code is not ours to vouch for) is refused
-    its model and view modules are the standard ones (ALLOWED_MODULES: ipywidgets' base,
-    controls and output, and ipympl); a model of another module, or state that carries code
-    for the page to load (anywidget's _esm and _css), is refused
-    its HTML fields are sanitized by the same sanitizer as text/html: HTML and HTMLMath's
-    value, a description shown as HTML (description_allow_html), an Output widget's outputs
-    (each through the bundle rules)
+    its (model, view) pair is one ipywidgets or ipympl defines (widget_rules.PAIRS), of the
+    standard modules, with module versions that are version specifiers; an update may not
+    change the pair; state that carries code for the page to load (anywidget's _esm, _css)
+    is refused
+    every field its view renders is inert (widget_state.py): markup sanitized by the same
+    sanitizer as text/html, typeset text without MathJax's link and style commands, CSS
+    values without url() or anything that loads, media and image sources data: URLs only,
+    class names plain, link ends never such fields, an Output widget's outputs through the
+    bundle rules; a buffer only where a model holds bytes
     it is within the size cap (display_max_bytes, state and buffers together)
 
 A refused comm's later messages are dropped quietly; the refusal itself is one visible note.
@@ -29,23 +32,22 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from sandbox_kernel.kernel.firewall import OutputFirewall
-from sandbox_kernel.kernel.sanitize import clean_html
+from sandbox_kernel.kernel.widget_rules import MEDIA_MODELS, MODULES
+from sandbox_kernel.kernel.widget_state import (
+    Model,
+    clean_state,
+    media_source_is_data_url,
+    model_of,
+    refusal,
+)
 from sandbox_kernel.repl.models import CommMessage
 
 __all__ = ["ALLOWED_MODULES", "AdmittedComm", "WidgetFirewall"]
 
-ALLOWED_MODULES: Final = frozenset(
-    {
-        "@jupyter-widgets/base",
-        "@jupyter-widgets/controls",
-        "@jupyter-widgets/output",
-        "jupyter-matplotlib",
-    }
-)
+ALLOWED_MODULES: Final = MODULES
 WIDGET_TARGET, CONTROL_TARGET = "jupyter.widget", "jupyter.widget.control"
-CODE_KEYS: Final = frozenset({"_esm", "_css", "_anywidget_id"})  # code for the page to load
-HTML_VALUE_MODELS: Final = frozenset({"HTMLModel", "HTMLMathModel"})
 MAX_MODELS: Final = 100_000  # comms remembered; a flood past it is refused
+_BYTES_PATHS: Final = {name: ("value",) for name in MEDIA_MODELS}
 
 
 @dataclass
@@ -57,19 +59,12 @@ class AdmittedComm:
     buffers: list[bytes]
 
 
-@dataclass
-class _Model:
-    name: str
-    description: str = ""  # the raw description, sanitized if it is ever shown as HTML
-    allow_html: bool = False
-
-
 class WidgetFirewall:
     """One kernel's comm rules, with what it knows of each comm it let open."""
 
     def __init__(self, firewall: OutputFirewall) -> None:
         self.firewall = firewall
-        self._models: dict[str, _Model | None] = {}  # comm_id -> model; None: a control comm
+        self._models: dict[str, Model | None] = {}  # comm_id -> model; None: a control comm
 
     def admit(self, message: CommMessage) -> tuple[AdmittedComm | None, list[str]]:
         """The message as it may leave (None: dropped), and what was removed, for the note."""
@@ -91,10 +86,11 @@ class WidgetFirewall:
         data = content.get("data")
         removed: list[str] = []
         if isinstance(data, dict):
-            content["data"] = self._data(comm_id, dict(data), removed)
-            if content["data"] is None:
+            cleaned = self._data(comm_id, dict(data), buffers, removed)
+            if cleaned is None:
                 self._models.pop(comm_id, None)
                 return None, removed
+            content["data"], buffers = cleaned
         return AdmittedComm(content, _plain_metadata(message.metadata), buffers), removed
 
     def _open(
@@ -105,76 +101,123 @@ class WidgetFirewall:
             return None, [f"a widget past the first {MAX_MODELS:,}"]
         if target == CONTROL_TARGET:
             self._models[comm_id] = None
-            return AdmittedComm(content, _plain_metadata(metadata), buffers), []
+            return AdmittedComm(content, _plain_metadata(metadata), []), []
         if target != WIDGET_TARGET:
             return None, [f"a comm of target {str(target)[:80]!r} (its frontend code is unknown)"]
         data = content.get("data")
         state = data.get("state") if isinstance(data, dict) else None
-        if not isinstance(state, dict):
+        if not isinstance(data, dict) or not isinstance(state, dict):
             return None, ["a widget with no state"]
+        why = refusal(state)
+        if why is not None:
+            return None, [why]
+        model = model_of(state)
         removed: list[str] = []
-        refusal = _refusal(state)
-        if refusal is not None:
-            return None, [refusal]
-        model = _Model(str(state.get("_model_name", "")))
+        paths, buffers = self._buffers({(): model}, data.get("buffer_paths"), buffers, removed)
+        state = self._state(model, dict(state), removed, () in paths)
         self._models[comm_id] = model
-        assert isinstance(data, dict)
-        content["data"] = {**data, "state": self._state(model, dict(state), removed)}
+        content["data"] = {**data, "state": state, "buffer_paths": paths.get((), [])}
         return AdmittedComm(content, _plain_metadata(metadata), buffers), removed
 
     def _data(
-        self, comm_id: str, data: dict[str, Any], removed: list[str]
-    ) -> dict[str, Any] | None:
-        """A comm_msg's data: state updates sanitized; None when an update would make the
-        model one that is refused."""
+        self, comm_id: str, data: dict[str, Any], buffers: list[bytes], removed: list[str]
+    ) -> tuple[dict[str, Any], list[bytes]] | None:
+        """A comm_msg's data and buffers: state updates made inert; None when an update
+        would make the model one that is refused."""
         method = data.get("method")
         model = self._models.get(comm_id)
         if model is None:  # the control comm: every model's state at once
             states = data.get("states")
             if method == "update_states" and isinstance(states, dict):
-                data["states"] = self._control_states(states, removed)
-            return data
-        if method in ("update", "echo_update") and isinstance(data.get("state"), dict):
-            state = dict(data["state"])
-            refusal = _refusal(state)
-            if refusal is not None:
-                removed.append(refusal)
+                return self._control_states(data, states, buffers, removed)
+            return data, buffers
+        if method in ("update", "echo_update"):
+            state = data.get("state")
+            if not isinstance(state, dict):
+                return {**data, "state": {}, "buffer_paths": []}, []
+            why = refusal(state, model)
+            if why is not None:
+                removed.append(why)
                 return None
-            data["state"] = self._state(model, state, removed)
-        return data
+            paths, buffers = self._buffers({(): model}, data.get("buffer_paths"), buffers, removed)
+            data["state"] = self._state(model, dict(state), removed, () in paths)
+            data["buffer_paths"] = paths.get((), [])
+            return data, buffers
+        return data, buffers  # "custom": a library's own message (ipympl's frames)
 
-    def _control_states(self, states: dict[str, Any], removed: list[str]) -> dict[str, Any]:
+    def _control_states(
+        self, data: dict[str, Any], states: dict[str, Any], buffers: list[bytes], removed: list[str]
+    ) -> tuple[dict[str, Any], list[bytes]]:
+        """The control comm's answer to the page's request_states: every model's state."""
         kept: dict[str, Any] = {}
+        models: dict[tuple[str, ...], Model] = {}
         for model_id, entry in states.items():
             if not isinstance(entry, dict) or not isinstance(entry.get("state"), dict):
                 continue
-            state = {
+            full = {
                 "_model_module": entry.get("model_module"),
                 "_model_name": entry.get("model_name"),
+                "_model_module_version": entry.get("model_module_version"),
                 **entry["state"],
             }
-            refusal = _refusal(state)
-            if refusal is not None:
-                removed.append(refusal)
+            why = refusal(full) or refusal(full, self._models.get(str(model_id)))
+            if why is not None:
+                removed.append(why)
                 continue
-            model = self._models.get(str(model_id)) or _Model(str(entry.get("model_name", "")))
-            kept[model_id] = {**entry, "state": self._state(model, dict(entry["state"]), removed)}
-        return kept
+            models[(str(model_id), "state")] = self._models.get(str(model_id)) or model_of(full)
+            kept[str(model_id)] = entry
+        paths, buffers = self._buffers(models, data.get("buffer_paths"), buffers, removed)
+        for (model_id, _), model in models.items():
+            entry = kept[model_id]
+            bytes_in = (model_id, "state") in paths
+            state = self._state(model, dict(entry["state"]), removed, bytes_in)
+            kept[model_id] = {
+                "model_name": model.name,
+                "model_module": model.module,
+                "model_module_version": entry.get("model_module_version"),
+                "state": state,
+            }
+        flat = [[*prefix, *path] for prefix, found in paths.items() for path in found]
+        return {**data, "states": kept, "buffer_paths": flat}, buffers
 
-    def _state(self, model: _Model, state: dict[str, Any], removed: list[str]) -> dict[str, Any]:
-        """Every field a frontend renders as HTML, sanitized; `model` follows the state."""
-        if model.name in HTML_VALUE_MODELS and isinstance(state.get("value"), str):
-            state["value"] = _clean(state["value"], "value", removed)
-        if isinstance(state.get("description"), str):
-            model.description = state["description"]
-        if "description_allow_html" in state:
-            model.allow_html = state["description_allow_html"] is True
-            if model.allow_html and "description" not in state:  # shown as HTML from now on
-                state["description"] = model.description
-        if model.allow_html and isinstance(state.get("description"), str):
-            state["description"] = _clean(state["description"], "description", removed)
-        if model.name == "OutputModel" and isinstance(state.get("outputs"), list):
-            state["outputs"] = [self._output(o, removed) for o in state["outputs"]]
+    def _buffers(
+        self,
+        models: dict[tuple[str, ...], Model],
+        paths: Any,
+        buffers: list[bytes],
+        removed: list[str],
+    ) -> tuple[dict[tuple[str, ...], list[list[Any]]], list[bytes]]:
+        """The buffers a state may carry: bytes only where its model holds bytes (a media
+        value, a FileUpload's contents); {prefix: paths under it}, and the buffers kept in
+        their order. A media value also says whether it is a data: URL."""
+        kept_paths: dict[tuple[str, ...], list[list[Any]]] = {}
+        kept: list[bytes] = []
+        for path, buffer in zip(paths if isinstance(paths, list) else [], buffers, strict=False):
+            found = _owner(models, path)
+            if found is None:
+                removed.append("a buffer where a widget holds no bytes")
+                continue
+            prefix, model, rest = found
+            kept_paths.setdefault(prefix, []).append(rest)
+            kept.append(buffer)
+            if model.name in MEDIA_MODELS and rest == ["value"]:
+                model.source_is_data_url = media_source_is_data_url(model, bytes(buffer))
+        return kept_paths, kept
+
+    def _resolve(self, model_id: str) -> Model | None:
+        return self._models.get(model_id)
+
+    def _state(
+        self, model: Model, state: dict[str, Any], removed: list[str], bytes_in: bool
+    ) -> dict[str, Any]:
+        """Every field of the state made inert (widget_state.py); an Output widget's outputs
+        through the bundle rules."""
+        state = clean_state(model, state, removed, self._resolve, bytes_in)
+        if model.name == "OutputModel" and "outputs" in state:
+            outputs = state["outputs"]
+            state["outputs"] = [
+                self._output(o, removed) for o in (outputs if isinstance(outputs, list) else [])
+            ]
         return state
 
     def _output(self, output: Any, removed: list[str]) -> dict[str, Any]:
@@ -183,11 +226,8 @@ class WidgetFirewall:
             return {"output_type": "stream", "name": "stdout", "text": ""}
         kind = output.get("output_type")
         if kind == "stream":
-            return {
-                "output_type": "stream",
-                "name": str(output.get("name")),
-                "text": str(output.get("text", "")),
-            }
+            name = "stderr" if output.get("name") == "stderr" else "stdout"
+            return {"output_type": "stream", "name": name, "text": str(output.get("text", ""))}
         if kind in ("display_data", "execute_result"):
             shown = self.firewall.bundle(
                 output.get("data"), output.get("metadata"), html_note=False
@@ -195,34 +235,40 @@ class WidgetFirewall:
             removed.extend(shown.removed)
             kept = {"output_type": kind, "data": shown.data, "metadata": shown.metadata}
             if kind == "execute_result":
-                kept["execution_count"] = output.get("execution_count")
+                count = output.get("execution_count")
+                kept["execution_count"] = count if isinstance(count, int) else None
             return kept
         if kind == "error":
             return {
                 "output_type": "error",
                 "ename": str(output.get("ename", "")),
                 "evalue": str(output.get("evalue", "")),
-                "traceback": [str(line) for line in output.get("traceback") or []],
+                "traceback": [str(line) for line in _lines(output.get("traceback"))],
             }
         return {"output_type": "stream", "name": "stdout", "text": ""}
 
 
-def _refusal(state: dict[str, Any]) -> str | None:
-    """Why a model with this state is refused, or None."""
-    code = sorted(CODE_KEYS & state.keys())
-    if code:
-        return f"a widget that loads code into the page ({', '.join(code)})"
-    for key in ("_model_module", "_view_module"):
-        module = state.get(key)
-        if key in state and module is not None and module not in ALLOWED_MODULES:
-            return f"a widget from {str(module)[:80]!r} (not one of the standard widget modules)"
+def _owner(
+    models: dict[tuple[str, ...], Model], path: Any
+) -> tuple[tuple[str, ...], Model, list[Any]] | None:
+    """The model a buffer path leads into and the path within its state, if that is a field
+    of bytes: a media model's value, a FileUpload's value[i].content."""
+    if not isinstance(path, list):
+        return None
+    for prefix, model in models.items():
+        if [str(p) for p in path[: len(prefix)]] != list(prefix):
+            continue
+        rest = path[len(prefix) :]
+        if model.name in MEDIA_MODELS and rest == ["value"]:
+            return prefix, model, rest
+        upload = model.name == "FileUploadModel" and len(rest) == 3 and rest[0] == "value"
+        if upload and isinstance(rest[1], int) and rest[2] == "content":
+            return prefix, model, rest
     return None
 
 
-def _clean(text: str, field: str, removed: list[str]) -> str:
-    cleaned = clean_html(text)
-    removed.extend(f"{reason} in a widget's {field}" for reason in cleaned.removed)
-    return cleaned.text
+def _lines(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
 
 
 def _plain_metadata(metadata: dict[str, Any]) -> dict[str, Any]:

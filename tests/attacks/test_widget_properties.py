@@ -1,0 +1,337 @@
+"""The widget firewall hunted by property: hypothesis builds widget states over every
+ipywidgets and ipympl model (their own Python classes, the versions the guest runs), shows
+each with every view name of every module, sets any field (and a few no class has) to hostile
+values, carries bytes at any path, then updates them; a simulated page merges what the
+firewall let out, as a widget manager does, and after every message that page must be inert:
+
+    every model's (model, view) pair is one its package's classes declare
+    module versions are version specifiers (no '/', ':', '#', '?', '@')
+    what a view writes as HTML is inert HTML (html5lib, tests/attacks/inert.py); what it
+    typesets has none of MathJax's link, style or loading commands
+    every CSS value (style and layout models, ipympl's cursor, colour tags) loads nothing
+    an Image/Video/Audio with format 'url' has a data: URL of its kind as its value, and
+    ipympl's saved image is a data: image
+    bytes sit only where a model holds bytes, and a link never writes a rendered field
+
+The truth here is taken from ipywidgets' and ipympl's classes, not from widget_rules.py.
+"""
+
+from __future__ import annotations
+
+import base64
+import itertools
+import re
+from functools import cache
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from sandbox_kernel.kernel.firewall import OutputFirewall
+from sandbox_kernel.kernel.widget_rules import PAIRS
+from sandbox_kernel.kernel.widgets import WidgetFirewall
+from sandbox_kernel.repl.models import CommMessage
+from tests.attacks.inert import assert_inert_bundle, assert_inert_html
+
+IDENTITY = ("_model_module", "_model_name", "_view_module", "_view_name")
+BEACON = "http://127.0.0.1:9/beacon"
+HOSTILE = [
+    '<img src=x onerror="window.top.__pwned=1">',
+    "<script>window.top.__pwned=1</script>",
+    '<svg onload="alert(1)"><a href="javascript:alert(1)">x</a></svg>',
+    f"<img src='{BEACON}'>",
+    f"url({BEACON})",
+    f"url('{BEACON}')",
+    f"red; background: url({BEACON})",
+    f"u\\72l({BEACON})",
+    f'image-set("{BEACON}" 1x)',
+    f"-webkit-image-set(url({BEACON}) 1x)",
+    f"@import '{BEACON}'",
+    "expression(alert(1))",
+    f"linear-gradient(red, blue), url({BEACON})",
+    "$\\href{javascript:alert(1)}{x}$",
+    "\\(\\style{background:url(" + BEACON + ")}{x}\\)",
+    "$$\\require{html}\\class{jp-Dialog}{x}$$",
+    f"{BEACON}",
+    "javascript:alert(1)",
+    "//127.0.0.1:9/x",
+    "data:image/png;base64,iVBORw0KGgo=",
+    "data:text/html,<script>alert(1)</script>",
+    "^0.11.0/../../evil@1/x.js?",
+    "https://evil.example/x.js#",
+    "2.0.0",
+    "url",
+    "png",
+    "red",
+    "1px solid red",
+    "fa-check jp-Dialog",
+    "jp-Dialog",
+    "IPY_MODEL_nope",
+    "",
+]
+EXTRA_FIELDS = ["value", "format", "description", "description_allow_html", "_data_url",
+                "_cursor", "source", "target", "outputs", "icon", "icons", "_dom_classes",
+                "background", "_esm"]  # fmt: skip
+BYTES = [f"{BEACON}".encode(), b"data:image/png;base64,iVBORw0KGgo=", b"data:video/mp4;base64,AA==",
+         b"data:audio/wav;base64,AA==", b"\x89PNG\r\n", b"javascript:alert(1)"]  # fmt: skip
+BUFFER_PATHS = [["value"], ["description"], ["_data_url"], ["value", 0, "content"], ["_cursor"]]
+LATEX_COMMANDS = re.compile(r"\\(href|url|style|class|cssId|htmlData|unicode|require|bbox)\b")
+VERSION_CHARS = re.compile(r"[0-9A-Za-z.^~<>=|*+ \-]*")
+CSS_LOADING = ("url(", "image-set(", "image(", "@import", "expression(", "element(", "\\", "src(")
+RENDERED_BY_LINKS = {"value", "format", "description", "description_allow_html", "layout",
+                     "style", "outputs", "icon", "icons", "children", "source", "target",
+                     "toolitems"}  # fmt: skip
+
+
+def _widget_classes() -> list[type]:
+    import ipympl.backend_nbagg  # noqa: F401  (registers its classes)
+    import ipywidgets
+
+    found: list[type] = []
+    stack = [ipywidgets.Widget]
+    while stack:
+        cls = stack.pop()
+        stack.extend(cls.__subclasses__())
+        if cls.__module__.startswith(("ipywidgets", "ipympl")) and "_model_name" in dir(cls):
+            found.append(cls)
+    return sorted(set(found), key=lambda c: f"{c.__module__}.{c.__qualname__}")
+
+
+@cache
+def declared() -> dict[str, Any]:
+    """What ipywidgets' and ipympl's classes declare: their (model, view) pairs, and a default
+    state (without buffers) of each class that can be made with no arguments."""
+    from ipywidgets.widgets.widget import _remove_buffers
+
+    pairs: set[tuple[Any, ...]] = set()
+    states: list[tuple[str, dict[str, Any], list[Any], list[bytes]]] = []
+    for cls in _widget_classes():
+        traits = cls.class_traits()
+        values = [traits[k].default_value if k in traits else None for k in IDENTITY]
+        pairs.add(tuple(values))
+        try:
+            widget = cls()
+        except Exception:  # an abstract class, or one that needs arguments
+            continue
+        state, paths, buffers = _remove_buffers(widget.get_state())
+        state = {k: list(v) if isinstance(v, tuple) else v for k, v in state.items()}
+        states.append((cls.__name__, state, paths, [bytes(b) for b in buffers]))
+        widget.close()
+    return {"pairs": pairs, "states": states}
+
+
+def _allowed(state: dict[str, Any]) -> bool:
+    pair = tuple(state.get(k) for k in IDENTITY)
+    if pair in declared()["pairs"]:
+        return True
+    return pair[3] is None and any(p[:2] == pair[:2] and p[3] is None for p in declared()["pairs"])
+
+
+class Page:
+    """A widget manager's view of the models: states merged from what the firewall let out."""
+
+    def __init__(self) -> None:
+        self.models: dict[str, dict[str, Any]] = {}
+
+    def receive(self, content: dict[str, Any], buffers: list[bytes], opening: bool) -> None:
+        data = content["data"]
+        state = dict(data.get("state", {}))
+        for path, buffer in zip(data.get("buffer_paths", []), buffers, strict=True):
+            target: Any = state
+            for step in path[:-1]:
+                target = target[step]
+            target[path[-1]] = bytes(buffer)
+        comm_id = content["comm_id"]
+        self.models[comm_id] = state if opening else {**self.models[comm_id], **state}
+
+    def assert_inert(self) -> None:
+        for comm_id, state in self.models.items():
+            where = f"{state.get('_model_name')} as {state.get('_view_name')}"
+            assert _allowed(state), f"{where}: not a declared pair"
+            for key in ("_model_module_version", "_view_module_version"):
+                version = state.get(key)
+                assert version is None or VERSION_CHARS.fullmatch(version), (where, version)
+            _assert_markup(state, where)
+            _assert_css(state, where)
+            _assert_sources(state, where)
+            self._assert_links(state, where)
+            _assert_bytes(state, where, comm_id)
+
+    def _assert_links(self, state: dict[str, Any], where: str) -> None:
+        if state["_model_name"] not in ("LinkModel", "DirectionalLinkModel"):
+            return
+        for end in (state.get("source"), state.get("target")):
+            if end is None:
+                continue
+            model_id = end[0].removeprefix("IPY_MODEL_")
+            assert model_id in self.models, f"{where}: links a model the page never got"
+            linked = self.models[model_id]["_model_name"]
+            assert not linked.endswith(("StyleModel", "LayoutModel")), (where, end)
+            assert end[1] not in RENDERED_BY_LINKS and not end[1].startswith("_"), (where, end)
+
+
+def _assert_markup(state: dict[str, Any], where: str) -> None:
+    view = state.get("_view_name")
+    if view in ("HTMLView", "HTMLMathView"):
+        assert_inert_html(str(state.get("value", "")), where)
+    if state.get("description_allow_html") is True:
+        assert_inert_html(str(state.get("description", "")), where)
+    for key in ("description", "value"):
+        text = state.get(key)
+        if isinstance(text, str):
+            assert not LATEX_COMMANDS.search(text) or (
+                key == "value" and view not in ("LabelView", "HTMLMathView", "HTMLView")
+            ), (where, key, text)
+    outputs = state.get("outputs") if state["_model_name"] == "OutputModel" else []
+    for output in outputs or []:
+        if output.get("output_type") in ("display_data", "execute_result"):
+            assert_inert_bundle(output["data"], where)
+
+
+def _assert_css(state: dict[str, Any], where: str) -> None:
+    model = state["_model_name"]
+    values: list[Any] = []
+    if model.endswith(("StyleModel", "LayoutModel")):
+        values = [v for k, v in state.items() if not k.startswith("_")]
+    if model == "MPLCanvasModel":
+        values = [state.get("_cursor")]
+    if model == "ColorsInputModel":
+        values = list(state.get("value") or [])
+    for value in values:
+        if value is None:
+            continue
+        assert isinstance(value, str), (where, value)
+        flat = value.lower().replace(" ", "")
+        assert not any(c in flat for c in CSS_LOADING), f"{where}: CSS {value!r}"
+        assert ";" not in value and "{" not in value, f"{where}: CSS {value!r}"
+    for name in state.get("_dom_classes") or []:
+        assert re.fullmatch(r"[A-Za-z0-9_-]+", name), (where, name)
+
+
+def _assert_sources(state: dict[str, Any], where: str) -> None:
+    family = {"ImageView": "image", "VideoView": "video", "AudioView": "audio"}.get(
+        str(state.get("_view_name"))
+    )
+    if family is not None and state.get("format") == "url":
+        value = state.get("value")
+        assert isinstance(value, bytes), (where, value)
+        assert value.decode().startswith(f"data:{family}/"), f"{where}: fetches {value[:80]!r}"
+    if state["_model_name"] == "MPLCanvasModel":
+        url = state.get("_data_url")
+        assert url is None or str(url).startswith("data:image/"), (where, url)
+
+
+def _assert_bytes(state: dict[str, Any], where: str, comm_id: str) -> None:
+    for key, value in state.items():
+        if isinstance(value, bytes):
+            assert key == "value" and state["_model_name"] in (
+                "ImageModel", "VideoModel", "AudioModel"), (where, key)  # fmt: skip
+
+
+# -- strategies -----------------------------------------------------------------------------
+
+_ids = itertools.count()
+
+
+def _values(ids: list[str]) -> st.SearchStrategy[Any]:
+    hostile = st.sampled_from(HOSTILE)
+    link = st.tuples(st.sampled_from([*ids, "nope"]), st.sampled_from([*EXTRA_FIELDS, "x"]))
+    return st.one_of(
+        hostile,
+        st.text(max_size=20),
+        st.none(),
+        st.booleans(),
+        st.integers(-3, 3),
+        st.lists(hostile, max_size=3),
+        link.map(lambda end: [f"IPY_MODEL_{end[0]}", end[1]]),
+        st.just([{"output_type": "display_data", "data": {"text/html": HOSTILE[0]}}]),
+    )
+
+
+@st.composite
+def _state(draw: st.DrawFn, ids: list[str]) -> tuple[dict[str, Any], list[Any], list[bytes]]:
+    _, base, paths, buffers = draw(st.sampled_from(declared()["states"]))
+    state = dict(base)
+    views = sorted({p[3] for p in PAIRS if p[3]} | {"OutputView", "StyleView"})
+    modules = [*sorted({p[0] for p in PAIRS}), "https://127.0.0.1:9/x.js", None]
+    if draw(st.booleans()):
+        state["_view_name"] = draw(st.sampled_from([*views, None]))
+    if draw(st.integers(0, 4)) == 0:
+        state["_view_module"] = draw(st.sampled_from(modules))
+    if draw(st.integers(0, 4)) == 0:
+        state[draw(st.sampled_from(["_model_module_version", "_view_module_version"]))] = draw(
+            st.sampled_from(HOSTILE)
+        )
+    fields = sorted(set(state) - set(IDENTITY)) + EXTRA_FIELDS
+    for key in draw(st.lists(st.sampled_from(fields), max_size=6)):
+        state[key] = draw(_values(ids))
+    paths, buffers = list(paths), list(buffers)
+    for path in draw(st.lists(st.sampled_from(BUFFER_PATHS), max_size=2)):
+        paths.append(path)
+        buffers.append(draw(st.sampled_from(BYTES)))
+    return state, paths, buffers
+
+
+def _message(msg_type: str, content: dict[str, Any], buffers: list[bytes]) -> CommMessage:
+    return CommMessage(
+        msg_type=msg_type,  # type: ignore[arg-type]
+        content=content,
+        buffers=[base64.b64encode(b) for b in buffers],  # type: ignore[misc]
+    )
+
+
+def _send(firewall: WidgetFirewall, page: Page, message: CommMessage) -> None:
+    admitted, _ = firewall.admit(message)
+    if admitted is not None and message.msg_type != "comm_close":
+        page.receive(admitted.content, admitted.buffers, message.msg_type == "comm_open")
+    page.assert_inert()
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_no_widget_state_makes_the_page_unsafe(data: st.DataObject) -> None:
+    firewall, page = WidgetFirewall(OutputFirewall()), Page()
+    ids: list[str] = []
+    for _ in range(data.draw(st.integers(1, 4), label="models")):
+        comm_id = f"m{next(_ids)}"
+        state, paths, buffers = data.draw(_state(ids), label="open")
+        content = {"comm_id": comm_id, "target_name": "jupyter.widget",
+                   "data": {"state": state, "buffer_paths": paths}}  # fmt: skip
+        _send(firewall, page, _message("comm_open", content, buffers))
+        ids.append(comm_id)
+    for _ in range(data.draw(st.integers(0, 4), label="updates")):
+        comm_id = data.draw(st.sampled_from(ids), label="updated")
+        state, paths, buffers = data.draw(_state(ids), label="update")
+        keys = data.draw(st.lists(st.sampled_from(sorted(state)), max_size=4), label="keys")
+        update = {k: state[k] for k in keys}
+        kept = [(p, b) for p, b in zip(paths, buffers, strict=True) if data.draw(st.booleans())]
+        content = {"comm_id": comm_id, "data": {"method": "update", "state": update,
+                   "buffer_paths": [p for p, _ in kept]}}  # fmt: skip
+        _send(firewall, page, _message("comm_msg", content, [b for _, b in kept]))
+
+
+def test_the_pairs_are_what_the_packages_declare() -> None:
+    """widget_rules.PAIRS against ipywidgets' and ipympl's own classes: every declared pair
+    is allowed (legit widgets keep working) and nothing else is."""
+    truth = declared()["pairs"]
+    with_views = {p for p in truth if p[3] is not None}
+    assert with_views == {p for p in PAIRS if p[3] is not None}
+    viewless = {p[:2] for p in truth if p[3] is None}
+    assert viewless == {p[:2] for p in PAIRS if p[3] is None}
+
+
+@pytest.mark.parametrize("index", range(len(declared()["states"])))
+def test_every_default_widget_passes_unchanged(index: int) -> None:
+    """Each class's own state, as ipywidgets sends it, passes with nothing removed (bytes
+    aside in an abstract model with no view, such as _Media: nothing renders them)."""
+    name, state, paths, buffers = declared()["states"][index]
+    firewall = WidgetFirewall(OutputFirewall())
+    content = {"comm_id": f"d{index}", "target_name": "jupyter.widget",
+               "data": {"state": dict(state), "buffer_paths": paths}}  # fmt: skip
+    admitted, removed = firewall.admit(_message("comm_open", content, buffers))
+    assert admitted is not None, (name, removed)
+    if state.get("_view_name") is None:
+        return
+    assert removed == [], (name, removed)
+    assert admitted.content["data"]["state"] == state, name
