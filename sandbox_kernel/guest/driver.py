@@ -23,6 +23,7 @@ from __future__ import annotations
 import ast
 import base64
 import contextlib
+import importlib.machinery
 import io
 import linecache
 import os
@@ -313,11 +314,13 @@ class Driver(Binding):
         """Refuse to go on as a shared image holding a module from outside the image's own
         folders (a planted `numbers.py` would run in every kernel started from it)."""
         roots = tuple(path.rstrip("/") + "/" for path in self.image_path)
+        builtin = importlib.machinery.BuiltinImporter, importlib.machinery.FrozenImporter
         foreign = sorted(
             name
             for name, module in list(sys.modules.items())
             if isinstance(origin := getattr(module, "__file__", None), str)
-            and not origin.startswith("<")
+            and not origin.startswith("<")  # ours, loaded from the host's text
+            and getattr(getattr(module, "__spec__", None), "loader", None) not in builtin
             and not origin.startswith(roots)
         )
         if foreign:
