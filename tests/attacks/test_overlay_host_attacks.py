@@ -39,7 +39,8 @@ READ_ALL = (
     "import os\nfound = []\n"
     "for top, dirs, files in os.walk('/notebook'):\n"
     "    for name in files:\n"
-    "        try:\n            found.append(open(os.path.join(top, name)).read())\n"
+    "        try:\n"
+    "            found.append(open(os.path.join(top, name), 'rb').read().decode('latin-1'))\n"
     "        except OSError:\n            pass\n"
     "print('|'.join(found))"
 )
