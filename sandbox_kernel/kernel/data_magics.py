@@ -32,12 +32,12 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
-import tempfile
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
+from sandbox_kernel.core.runtime_folder import private_mkdtemp
 from sandbox_kernel.kernel.magics import MagicResult
 from sandbox_kernel.kernel.settings import KernelSettings, guest_can_write
 from sandbox_kernel.runner.errors import RunnerError
@@ -81,7 +81,7 @@ class DataMagics:
         self._stage: Path | None = None
         if policy.mount_data_dir is None:
             # Removed when this object goes, or at exit: the kernel needs no shutdown hook.
-            self._stage = Path(tempfile.mkdtemp(prefix="sandbox-kernel-data-"))
+            self._stage = private_mkdtemp("sandbox-kernel-data-")
             weakref.finalize(self, shutil.rmtree, self._stage, ignore_errors=True)
             policy = policy.with_overrides(mount_data_dir=self._stage)
         self.settings = settings.model_copy(update={"policy": policy})

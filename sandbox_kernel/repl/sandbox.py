@@ -31,6 +31,7 @@ from typing import Any
 
 from sandbox_kernel.core.errors import SandboxAbandoned, SandboxExecutionError
 from sandbox_kernel.core.results import LimitKind
+from sandbox_kernel.core.runtime_folder import private_temp_folder
 from sandbox_kernel.host.artifacts import python_image
 from sandbox_kernel.host.memory_image import MemoryImage
 from sandbox_kernel.host.overlay import Overlay, OverlayRefused
@@ -140,7 +141,7 @@ class ReplSandbox(GuestCalls, BridgedSession):
     def _start(self) -> None:
         policy = self.config.policy
         self.workspace.mkdir(parents=True, exist_ok=True)
-        self._scratch = tempfile.TemporaryDirectory(prefix="sandbox-kernel-repl-")
+        self._scratch = private_temp_folder("sandbox-kernel-repl-")
         folders = session_folders(self.config, self.workspace, Path(self._scratch.name))
         preopens, workdir, self.overlay = folders.preopens, folders.workdir, folders.overlay
         self.folder_notes = folders.notes
