@@ -159,3 +159,125 @@ def test_a_handler_that_never_returns_is_stopped_and_the_session_kept(
     assert time.monotonic() - started < 120, stuck.describe()  # the policy's 8 s, and a margin
     assert kernel.run_ok("kept").result() == "'still here'"
     assert kernel.run_ok("6 * 7").result() == "42"
+
+
+# -- issue 47: the view decides what is rendered; no fetch from any field -------------------
+
+BEACON = "http://127.0.0.1:9/beacon"
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        f"w.Label(value={SCRIPT!r}, _view_name='HTMLView')",
+        f"w.Textarea(value={SCRIPT!r}, _view_name='HTMLMathView')",
+        f"w.Text(value={SCRIPT!r}, _view_module='@jupyter-widgets/controls', "
+        "_view_name='HTMLView')",
+        f"w.Button(description={SCRIPT!r}, _view_name='HTMLView')",
+        "w.DOMWidget(_view_module='@jupyter-widgets/controls', _view_name='HTMLView')",
+    ],
+    ids=["label-as-html", "textarea-as-htmlmath", "text-as-html", "button-as-html", "dom-as-html"],
+)
+def test_a_model_shown_through_another_view_is_refused(kernel: RunningKernel, code: str) -> None:
+    made = kernel.run_ok(code)
+    assert "onerror" not in _comms(made), made.describe()
+    assert not [s for s in opened(made).values() if s.get("_view_name") == "HTMLView"]
+    assert NOTE in made.stream("stderr") and "not a view its package defines" in made.stream(
+        "stderr"
+    ), made.describe()
+
+
+def test_an_update_cannot_switch_a_models_view(kernel: RunningKernel) -> None:
+    kernel.run_ok(f"lab = w.Label(value={SCRIPT!r})\nlab")
+    switched = kernel.run_ok("lab._view_name = 'HTMLView'")
+    assert not switched.of_type("comm_msg"), switched.describe()
+    assert "changes a widget's _view_name" in switched.stream("stderr"), switched.describe()
+
+
+def test_a_link_cannot_copy_text_into_markup_in_the_page(kernel: RunningKernel) -> None:
+    made = kernel.run_ok(
+        f"src = w.Text(value={SCRIPT!r})\ndst = w.HTML()\nlinked = w.jslink((src, 'value'), "
+        "(dst, 'value'))\nw.VBox([src, dst])"
+    )
+    link = next(s for s in opened(made).values() if s["_model_name"] == "LinkModel")
+    assert link["target"] is None, link
+    assert "widget link's target" in made.stream("stderr"), made.describe()
+    plain = kernel.run_ok("a, b = w.IntSlider(), w.IntText()\nw.jslink((a, 'value'), (b, 'value'))")
+    link = next(s for s in opened(plain).values() if s["_model_name"] == "LinkModel")
+    assert link["target"][1] == "value" and link["source"][1] == "value", plain.describe()
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        f"w.HTML('x', style={{'background': 'url({BEACON})'}})",
+        f"w.Label('x', style={{'background': \"url('{BEACON}')\"}})",
+        f"w.HTMLMath('x', style={{'background': 'image-set(\"{BEACON}\" 1x)'}})",
+        # A raw update, past the Color trait's own check.
+        "b = w.Button(description='x')\ndisplay(b)\nb.style._send({'method': 'update', "
+        f"'state': {{'button_color': 'red; background: url({BEACON})'}}, 'buffer_paths': []}})",
+        f"w.Box(layout=w.Layout(width='calc(1px + 1px)', border_top=r'1px u\\72l({BEACON})'))",
+        f"w.Image(value={BEACON!r}.encode(), format='url')",
+        f"w.Video(value={BEACON!r}.encode(), format='url')",
+        f"w.Audio(value={BEACON!r}.encode(), format='url')",
+        f"im = w.Image(value=b'data:image/png;base64,iVBORw0KGgo=', format='url')\n"
+        f"display(im)\nim.value = {BEACON!r}.encode()",
+    ],
+    ids=[
+        "html-style",
+        "label-style",
+        "htmlmath-style",
+        "button-style",
+        "layout",
+        "image-url",
+        "video-url",
+        "audio-url",
+        "image-url-later",
+    ],
+)
+def test_no_widget_field_makes_the_page_fetch(kernel: RunningKernel, code: str) -> None:
+    made = kernel.run_ok(code)
+    comms = [o for o in made.outputs if o.msg_type.startswith("comm_")]
+    assert comms, made.describe()
+    page: dict[str, dict[str, Any]] = {}  # each model's state as the page merges it
+    for out in comms:
+        state = out.content.get("data", {}).get("state", {})
+        assert "127.0.0.1:9" not in json_text(state), made.describe()
+        page.setdefault(out.content["comm_id"], {}).update(state)
+    # Every source here is the beacon's address: the page must never read it as a URL.
+    assert all(state.get("format") != "url" for state in page.values()), page
+    assert NOTE in made.stream("stderr"), made.describe()
+
+
+def test_typeset_text_loses_mathjax_links_and_styles(kernel: RunningKernel) -> None:
+    """A description and a Label's value are typeset by MathJax: no \\href, \\style."""
+    made = kernel.run_ok(
+        f"w.Checkbox(description=r'$\\href{{{BEACON}}}{{x}}$')\n"
+        f"w.Label(r'$\\style{{background:url({BEACON})}}{{x}}$')"
+    )
+    text = _comms(made)
+    assert "\\\\href" not in text and "\\\\style" not in text, text
+    assert "\\\\sandboxremoved" in text and NOTE in made.stream("stderr"), made.describe()
+
+
+def json_text(value: Any) -> str:
+    import json
+
+    return json.dumps(value, default=str)
+
+
+@pytest.mark.parametrize(
+    "version",
+    ["^0.11.0/../../evil@1/x.js?", "https://evil.example/x.js#", "2.0.0 || @evil/x", "1.0.0:x"],
+)
+def test_a_module_version_that_is_not_a_specifier_is_refused(
+    kernel: RunningKernel, version: str
+) -> None:
+    made = kernel.run_ok(
+        f"w.IntSlider(_model_module_version={version!r})\n"
+        f"w.IntSlider(_view_module_version={version!r})"
+    )
+    assert version not in _comms(made), made.describe()
+    assert "not a version specifier" in made.stream("stderr"), made.describe()
+    fine = kernel.run_ok("w.IntSlider(_model_module_version='^2.0.0')")
+    assert "IntSliderModel" in _comms(fine) and NOTE not in fine.stream("stderr")
