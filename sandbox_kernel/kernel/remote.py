@@ -2,9 +2,10 @@
 host (over SSH, or in a Kubernetes pod) and hand its connection back to the gateway.
 
 `python -m sandbox_kernel.kernel.remote --kernel-id ID --response-address IP:PORT
---public-key KEY [--port-range LO..HI] [--ip ADDRESS]` (or the same from the environment:
-KERNEL_ID, RESPONSE_ADDRESS, PUBLIC_KEY, PORT_RANGE, as Enterprise Gateway's Kubernetes pods
-receive them; the older `--RemoteProcessProxy.kernel-id` spellings are read too).
+--public-key KEY [--port-range LO..HI] [--ip ADDRESS] [--workspace PATH]` (or the same from
+the environment: KERNEL_ID, RESPONSE_ADDRESS, PUBLIC_KEY, PORT_RANGE, as Enterprise
+Gateway's Kubernetes pods receive them; the older `--RemoteProcessProxy.kernel-id` spellings are
+read too).
 
 What it does, in the order of Enterprise Gateway's remote-process protocol (launcher version 1):
 
@@ -24,6 +25,16 @@ What it does, in the order of Enterprise Gateway's remote-process protocol (laun
 4. Runs the kernel: `SandboxKernelApp` on that connection file, in this process; the file
    (it holds the HMAC key) is removed as soon as the kernel has read it.
 
+A remote kernel has no notebook folder of the user's (the gateway starts it in the remote
+user's home, which the client cannot change), so none is shown (SANDBOX_KERNEL_NOTEBOOK_FOLDER
+is off, silently) and the kernel runs in a private folder of its own, this process's folder of
+the per-user runtime folder (core/runtime_folder.py), removed when the kernel ends and pruned
+by the next kernel's start when it was killed. Its workspace (/app) is, as the operator
+configures it: `--workspace PATH` (in the kernel spec's argv: `sandbox-kernel install
+--enterprise-gateway distributed --remote-workspace PATH`), else SANDBOX_KERNEL_WORKSPACE from
+the remote environment, else a private `workspace` folder there, gone with the kernel (and its
+run log beside it, unless SANDBOX_KERNEL_RUN_LOG says otherwise).
+
 Errors in the arguments are `RemoteLaunchError`s, printed as one line with exit status 2.
 
 Must not import: wasmtime (the kernel app imports what it needs when it starts).
@@ -40,7 +51,6 @@ import secrets
 import signal
 import socket
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -50,6 +60,8 @@ from typing import Any
 from jupyter_client.connect import write_connection_file
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from sandbox_kernel.core.runtime_folder import kernel_folder, private_mkdtemp
+
 __all__ = [
     "LAUNCHER_VERSION",
     "RemoteLaunch",
@@ -57,6 +69,7 @@ __all__ = [
     "encrypt_connection_info",
     "main",
     "parse_launch",
+    "remote_environment",
 ]
 
 LAUNCHER_VERSION = 1  # the payload version Enterprise Gateway 3 decodes
@@ -87,6 +100,7 @@ class RemoteLaunch(BaseModel):
     port_low: int = Field(default=0, ge=0, le=65535)
     port_high: int = Field(default=0, ge=0, le=65535)
     ip: str = Field(default="0.0.0.0", min_length=1, max_length=255)
+    workspace: Path | None = None
 
     @field_validator("public_key")
     @classmethod
@@ -109,6 +123,7 @@ def parse_launch(argv: Sequence[str], environ: Mapping[str, str]) -> RemoteLaunc
     parser.add_argument("--spark-context-initialization-mode", dest="_mode")
     parser.add_argument("--RemoteProcessProxy.cluster-type", "--cluster-type", dest="_cluster")
     parser.add_argument("--ip", default=None, help="the address the kernel's ports bind")
+    parser.add_argument("--workspace", default=None, help="the folder mounted at /app")
     try:
         args = parser.parse_args(list(argv))
     except SystemExit as exc:
@@ -132,6 +147,7 @@ def parse_launch(argv: Sequence[str], environ: Mapping[str, str]) -> RemoteLaunc
             kernel_id=kernel_id, response_host=host, response_port=int(port) if port.isdigit()
             else 0, public_key=public_key, port_low=low, port_high=high,
             **({"ip": args.ip} if args.ip else {}),
+            workspace=Path(args.workspace).expanduser() if args.workspace else None,
         )  # fmt: skip
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
@@ -291,7 +307,7 @@ def _prepare(launch: RemoteLaunch) -> tuple[Path, socket.socket]:
     held = [_bind(launch) for _ in _PORT_NAMES]
     ports = {name: sock.getsockname()[1] for name, sock in zip(_PORT_NAMES, held, strict=True)}
     comm = _bind(launch)
-    folder = Path(tempfile.mkdtemp(prefix="sandbox-kernel-"))
+    folder = private_mkdtemp("sandbox-kernel-connection-")
     connection_file = folder / f"kernel-{launch.kernel_id}.json"
     key = secrets.token_hex(16).encode()
     for sock in held:  # the kernel binds them next; held until now so no two are the same
@@ -305,12 +321,30 @@ def _prepare(launch: RemoteLaunch) -> tuple[Path, socket.socket]:
     return connection_file, comm
 
 
+def remote_environment(launch: RemoteLaunch, environ: Mapping[str, str]) -> dict[str, str]:
+    """The settings a remote kernel starts with (module docstring): no notebook folder, and
+    the operator's workspace or a private one in `kernel_folder()`, also its working folder."""
+    folder = kernel_folder()
+    updates = {"SANDBOX_KERNEL_NOTEBOOK_FOLDER": "off"}
+    if launch.workspace is not None:
+        updates["SANDBOX_KERNEL_WORKSPACE"] = str(launch.workspace)
+    elif not environ.get("SANDBOX_KERNEL_WORKSPACE"):
+        workspace = folder / "workspace"
+        workspace.mkdir(mode=0o700, exist_ok=True)
+        updates["SANDBOX_KERNEL_WORKSPACE"] = str(workspace)
+        if not environ.get("SANDBOX_KERNEL_RUN_LOG"):
+            updates["SANDBOX_KERNEL_RUN_LOG"] = str(folder / "runs.jsonl")
+    return updates
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Launch: parse, prepare and report, listen, then run the kernel until it is shut down."""
     logging.basicConfig(level=logging.INFO, format="[%(levelname)1.1s %(asctime)s %(name)s] "
                         "%(message)s")  # fmt: skip
     try:
         launch = parse_launch(sys.argv[1:] if argv is None else argv, os.environ)
+        os.environ.update(remote_environment(launch, os.environ))
+        os.chdir(kernel_folder())  # not the remote user's home: nothing of the user's is shown
         connection_file, comm = _prepare(launch)
     except (RemoteLaunchError, OSError) as exc:
         print(f"sandbox-kernel remote launcher: {exc}", file=sys.stderr)
