@@ -4,9 +4,10 @@
     sandbox-kernel run FILE|-  [--js]   run code once in a fresh sandbox; the result as JSON
     sandbox-kernel info                 versions, image digests, cache folder
     sandbox-kernel doctor [--json]      what is installed, cached and missing, and the fixes
+        [--role jupyter|remote|gateway] [--gateway URL]   (each host's own checks; doctor.py)
     sandbox-kernel install [--user|--sys-prefix|--prefix P] [--name N] [--policy FILE]
                                         install the `sandbox-python` Jupyter kernel specs
-    sandbox-kernel install --enterprise-gateway distributed|kubernetes [...]
+    sandbox-kernel install --enterprise-gateway distributed|kubernetes [--gateway-python P] [...]
                                         the spec for Jupyter Enterprise Gateway's proxies
     sandbox-kernel runner sql|python    answer one data analysis request (JSON on stdin)
     sandbox-kernel runner datasets      the registered datasets
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -149,6 +151,7 @@ def _install(args: argparse.Namespace) -> int:
                 sys_prefix=args.sys_prefix, name=args.name, remote_python=args.remote_python,
                 remote_hosts=[h for h in (args.remote_hosts or "").split(",") if h],
                 kernel_ip=args.kernel_ip, image=args.image, launcher_scripts=args.launcher_scripts,
+                gateway_python=args.gateway_python, remote_workspace=args.remote_workspace,
             )  # fmt: skip
         except InstallError as exc:
             print(f"sandbox-kernel install: {exc}", file=sys.stderr)
@@ -172,7 +175,8 @@ def _install(args: argparse.Namespace) -> int:
 def _doctor(args: argparse.Namespace) -> int:
     from sandbox_kernel.doctor import run_checks
 
-    checks = run_checks()
+    token = os.environ.get("JUPYTER_GATEWAY_AUTH_TOKEN") or None
+    checks = run_checks(args.role, gateway=args.gateway, token=token, spec=args.spec)
     if args.json:
         print(json.dumps([check.model_dump() for check in checks], indent=2))
     else:
@@ -232,6 +236,21 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("info", help="versions, image digests, cache folder").set_defaults(func=_info)
     doctor = sub.add_parser("doctor", help="what is installed, cached and missing, and the fixes")
     doctor.add_argument("--json", action="store_true", help="as JSON")
+    doctor.add_argument(
+        "--role",
+        choices=("jupyter", "remote", "gateway"),
+        default=None,
+        help="this host's part (default: gateway with --gateway, else jupyter)",
+    )
+    doctor.add_argument(
+        "--gateway",
+        metavar="URL",
+        default=None,
+        help="ask this Enterprise Gateway whether it sees the kernel spec "
+        "(token: JUPYTER_GATEWAY_AUTH_TOKEN)",
+    )
+    doctor.add_argument("--spec", default="sandbox-python-distributed",
+                        help="the spec --gateway looks for")  # fmt: skip
     doctor.set_defaults(func=_doctor)
     install = sub.add_parser("install", help="install the sandbox-python Jupyter kernel spec")
     where = install.add_mutually_exclusive_group()
@@ -247,6 +266,15 @@ def _parser() -> argparse.ArgumentParser:
     gateway.add_argument("--remote-python", help="distributed: the Python on the remote hosts")
     gateway.add_argument("--remote-hosts", help="distributed: host1,host2 (else EG's own list)")
     gateway.add_argument("--kernel-ip", help="distributed: the address the kernel binds")
+    gateway.add_argument(
+        "--remote-workspace",
+        help="distributed: the kernels' /app on the remote host (else private)",
+    )
+    gateway.add_argument(
+        "--gateway-python",
+        type=Path,
+        help="install into the gateway's environment (its bin/python)",
+    )
     gateway.add_argument("--image", help="kubernetes: the kernel image (deploy/kubernetes)")
     gateway.add_argument("--launcher-scripts", type=Path,
                          help="kubernetes: EG's folder with launch_kubernetes.py")  # fmt: skip

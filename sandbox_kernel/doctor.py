@@ -1,7 +1,19 @@
 """`sandbox-kernel doctor`: what is installed, cached and missing, and the command that fixes
 each missing piece. It only looks: nothing is fetched, compiled or installed.
 
-    sandbox-kernel doctor [--json]      exit 0 when everything is ready, 1 otherwise
+    sandbox-kernel doctor [--json] [--role jupyter|remote|gateway] [--gateway URL [--spec N]]
+                                        exit 0 when everything is ready, 1 otherwise
+
+Each host has a role, and each role its checks (ROLE_CHECKS):
+    jupyter   (the default) a host whose Jupyter starts sandbox-python itself: the guests,
+              compiled, the guest library, the `sandbox-python` kernel spec
+    remote    a host Enterprise Gateway starts kernels on over SSH: the guests, compiled, the
+              guest library, the launcher's cipher (the `enterprise-gateway` extra) and the
+              per-user runtime folder; no kernel spec (the gateway's host holds it)
+    gateway   Enterprise Gateway's host: no guest, no kernel runs here; with `--gateway URL`
+              (the default role then), the running gateway is asked (GET URL/api/kernelspecs,
+              the token from JUPYTER_GATEWAY_AUTH_TOKEN) whether it lists the spec `--spec`
+              (default sandbox-python-distributed) and whether that spec starts Python with -P
 
 Must not import at module level: wasmtime or anything Jupyter (each check imports what it
 reads, so a broken install is reported, not raised).
@@ -10,15 +22,27 @@ reads, so a broken install is reported, not raised).
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import sys
-from collections.abc import Callable
-from typing import Final
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Mapping
+from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-__all__ = ["Check", "run_checks"]
+__all__ = ["ROLES", "ROLE_CHECKS", "Check", "check_gateway", "run_checks"]
 
+Role = Literal["jupyter", "remote", "gateway"]
+ROLES: Final = ("jupyter", "remote", "gateway")
+GATEWAY_SPEC: Final = "sandbox-python-distributed"
 _WARM: Final = "sandbox-kernel warm"
+_GATEWAY_SECONDS: Final = 30.0
+_GATEWAY_INSTALL: Final = (
+    "sandbox-kernel install --enterprise-gateway distributed --gateway-python "
+    "<the gateway environment's bin/python> --remote-python <the kernel host's Python>, then "
+    "restart the gateway (docs/install.md, Enterprise Gateway)"
+)
 
 
 class Check(BaseModel):
@@ -122,9 +146,11 @@ def _kernel_spec() -> Check:
     try:
         spec = KernelSpecManager().get_kernel_spec(KERNEL_NAME)
     except NoSuchKernel:
-        return Check(
-            name="kernel spec", ok=False, detail=f"{KERNEL_NAME} is not installed", fix=fix
+        detail = (
+            f"{KERNEL_NAME} is not installed (a host Enterprise Gateway starts kernels on needs "
+            "none: sandbox-kernel doctor --role remote)"
         )
+        return Check(name="kernel spec", ok=False, detail=detail, fix=fix)
     python = spec.argv[0] if spec.argv else ""
     if not Path(python).is_file():
         detail = f"{KERNEL_NAME} runs {python!r}, which does not exist"
@@ -141,6 +167,61 @@ def _kernel_spec() -> Check:
     return Check(name="kernel spec", ok=True, detail=f"{KERNEL_NAME} in {spec.resource_dir}")
 
 
+def _launcher() -> Check:
+    """The remote launcher's needs: its cipher and a private runtime folder for the kernels."""
+    from sandbox_kernel.core.runtime_folder import user_runtime_root
+
+    try:
+        import cryptography  # noqa: F401  (the launcher's AES and RSA)
+    except ImportError:
+        fix = 'pip install "sandbox-kernel[enterprise-gateway]"'
+        detail = "the launcher cannot encrypt the connection info: no `cryptography`"
+        return Check(name="remote launcher", ok=False, detail=detail, fix=fix)
+    try:
+        root = user_runtime_root()
+    except OSError as exc:
+        fix = "remove it, or set TMPDIR to a folder of this user's"
+        return Check(name="remote launcher", ok=False, detail=str(exc), fix=fix)
+    return Check(name="remote launcher", ok=True, detail=f"ready; kernels' folders in {root}")
+
+
+def check_gateway(url: str, token: str | None, spec: str = GATEWAY_SPEC) -> Check:
+    """Whether the gateway at `url` lists the kernel spec `spec`, and starts it with -P."""
+    from sandbox_kernel.core.launch import has_safe_path
+
+    name = "gateway's specs"
+    request = urllib.request.Request(url.rstrip("/") + "/api/kernelspecs")
+    if token:
+        request.add_header("Authorization", f"token {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=_GATEWAY_SECONDS) as answer:
+            listing = json.loads(answer.read())
+    except urllib.error.HTTPError as exc:
+        fix = "give the gateway's token: JUPYTER_GATEWAY_AUTH_TOKEN=... sandbox-kernel doctor"
+        detail = f"{url} answered {exc.code} {exc.reason}"
+        return Check(
+            name=name, ok=False, detail=detail, fix=fix if exc.code in (401, 403) else None
+        )
+    except (OSError, ValueError) as exc:
+        detail = f"{url} does not answer as a gateway: {exc}"
+        fix = "start Enterprise Gateway (docs/install.md), or name its URL with --gateway"
+        return Check(name=name, ok=False, detail=detail, fix=fix)
+    specs = listing.get("kernelspecs") if isinstance(listing, Mapping) else None
+    if not isinstance(specs, Mapping):
+        return Check(name=name, ok=False, detail=f"{url} lists no kernel specs", fix=None)
+    found = specs.get(spec)
+    if not isinstance(found, Mapping):
+        seen = ", ".join(sorted(map(str, specs))) or "none"
+        detail = f"the gateway does not see {spec} (it lists: {seen})"
+        return Check(name=name, ok=False, detail=detail, fix=_GATEWAY_INSTALL)
+    body = found.get("spec")
+    argv = body.get("argv") if isinstance(body, Mapping) else None
+    if not isinstance(argv, list) or not has_safe_path([str(part) for part in argv]):
+        detail = f"{spec} does not start Python with -P (an old spec): install it again"
+        return Check(name=name, ok=False, detail=detail, fix=_GATEWAY_INSTALL)
+    return Check(name=name, ok=True, detail=f"{url} lists {spec}")
+
+
 CHECKS: Final[tuple[Callable[[], Check], ...]] = (
     _versions,
     _python_guest,
@@ -149,16 +230,33 @@ CHECKS: Final[tuple[Callable[[], Check], ...]] = (
     _library,
     _kernel_spec,
 )
+_GUESTS: Final = (_versions, _python_guest, _javascript_guest, _compiled, _library)
+ROLE_CHECKS: Final[dict[str, tuple[Callable[[], Check], ...]]] = {
+    "jupyter": CHECKS,
+    "remote": (*_GUESTS, _launcher),
+    "gateway": (_versions,),
+}
 
 
-def run_checks() -> list[Check]:
-    """Every check; one that fails to run is reported as not ok, with its error."""
+def run_checks(
+    role: Role | None = None,
+    *,
+    gateway: str | None = None,
+    token: str | None = None,
+    spec: str = GATEWAY_SPEC,
+) -> list[Check]:
+    """The role's checks (None: gateway when `gateway` names one, else jupyter), then the
+    gateway's listing when `gateway` names one; a check that fails to run is reported as not
+    ok, with its error."""
+    chosen = role or ("gateway" if gateway else "jupyter")
     results = []
-    for check in CHECKS:
+    for check in ROLE_CHECKS[chosen]:
         name = check.__name__.strip("_").replace("_", " ")
         try:
             results.append(check())
         except Exception as exc:  # a broken install is what the doctor is for
             detail = f"{type(exc).__name__}: {exc}"
             results.append(Check(name=name, ok=False, detail=detail, fix=_WARM))
+    if gateway:
+        results.append(check_gateway(gateway, token, spec))
     return results

@@ -17,6 +17,12 @@ and an argv that starts our launcher, `sandbox_kernel.kernel.remote`, on the rem
 Enterprise Gateway's own `launch_kubernetes.py` and pod template, copied in from its release,
 with our image; see deploy/kubernetes/).
 
+Enterprise Gateway 3.3 needs `jupyter-client<7` and this package `>=8`, so the gateway lives in
+an environment of its own, which does not read this one's specs: `--gateway-python PATH` (the
+gateway environment's Python) installs the spec where that environment's Jupyter looks, its
+`sys.prefix`/share/jupyter (asked of that Python, started isolated: `-I`).
+`sandbox-kernel doctor --gateway URL` then asks the running gateway whether it sees the spec.
+
 Must not import: ipykernel (jupyter_client's KernelSpecManager is enough).
 """
 
@@ -24,6 +30,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -41,6 +48,7 @@ __all__ = [
     "GUARDED_SUFFIX",
     "InstallError",
     "enterprise_gateway_spec",
+    "environment_prefix",
     "install_enterprise_gateway_spec",
     "install_kernel_spec",
     "kernel_spec",
@@ -149,6 +157,23 @@ def _install(
     return Path(target)
 
 
+def environment_prefix(python: Path) -> Path:
+    """The `sys.prefix` of the environment whose Python is `python` (a venv's bin/python)."""
+    if not python.is_file():
+        raise InstallError(f"no Python at {python}: name the gateway environment's bin/python")
+    try:
+        answer = subprocess.run(
+            [str(python), "-I", "-c", "import sys; print(sys.prefix)"],
+            capture_output=True, text=True, timeout=60, check=True,
+        )  # fmt: skip
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise InstallError(f"{python} did not say its prefix: {exc}") from None
+    prefix = Path(answer.stdout.strip())
+    if not prefix.is_dir():
+        raise InstallError(f"{python} names a prefix that is not a folder: {prefix}")
+    return prefix
+
+
 def enterprise_gateway_spec(
     mode: str,
     *,
@@ -156,6 +181,7 @@ def enterprise_gateway_spec(
     remote_hosts: Sequence[str] = (),
     kernel_ip: str | None = None,
     image: str | None = None,
+    remote_workspace: str | None = None,
 ) -> dict[str, object]:
     """kernel.json for Enterprise Gateway's distributed (SSH) or Kubernetes process proxy."""
     if mode not in GATEWAY_MODES:
@@ -166,6 +192,7 @@ def enterprise_gateway_spec(
     if mode == "distributed":
         argv = host_python("-m", "sandbox_kernel.kernel.remote", python=remote_python)
         argv += _GATEWAY_ARGS + (["--ip", kernel_ip] if kernel_ip else [])
+        argv += ["--workspace", remote_workspace] if remote_workspace else []
         if remote_hosts:
             config["remote_hosts"] = ",".join(remote_hosts)
     else:
@@ -196,12 +223,21 @@ def install_enterprise_gateway_spec(
     kernel_ip: str | None = None,
     image: str | None = None,
     launcher_scripts: Path | None = None,
+    gateway_python: Path | None = None,
+    remote_workspace: str | None = None,
 ) -> Path:
-    """Install `enterprise_gateway_spec`'s spec where Enterprise Gateway looks for specs."""
+    """Install `enterprise_gateway_spec`'s spec where Enterprise Gateway looks for specs: the
+    gateway's environment when `gateway_python` names its Python."""
     spec = enterprise_gateway_spec(
         mode, remote_python=remote_python, remote_hosts=remote_hosts, kernel_ip=kernel_ip,
-        image=image,
+        image=image, remote_workspace=remote_workspace,
     )  # fmt: skip
+    if gateway_python is not None:
+        if user or sys_prefix or prefix:
+            raise InstallError(
+                "--gateway-python names the place: no --user, --sys-prefix, --prefix"
+            )
+        prefix, sys_prefix = str(environment_prefix(gateway_python)), False
     scripts: list[Path] = []
     if mode == "kubernetes":
         if launcher_scripts is None:
