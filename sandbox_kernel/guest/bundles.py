@@ -29,7 +29,7 @@ __all__ = [
     "figure_png",
     "format_bundle",
     "is_jsonable",
-    "jupyter_default",
+    "nested_too_deeply",
     "not_jsonable",
     "plain_text",
     "put",
@@ -218,84 +218,29 @@ def is_jsonable(value: Any) -> bool:
 
 # -- what goes to a Jupyter frontend (results, displays, comms), as ipykernel sends it ----------
 
-_NESTING = 200  # json_clean: deeper data is refused, as the guest's stack would be spent
+# Deeper data is refused: the image's C json module overflows the guest's stack (a trap, and
+# a rollback) on nesting that CPython elsewhere turns into a RecursionError.
+MAX_NESTING = 200
+MAX_NODES = 5_000_000  # to_message's walk: past this many values, refused
 _SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-def jupyter_default(obj: object) -> Any:
-    """json.dumps' fallback for what a frontend is sent, as jupyter_client's json_default (the
-    packer under ipykernel): bytes as base64 (an image formatter's PNG or JPEG), dates as ISO
-    text, other iterables as lists, numbers as int or float; anything else a TypeError."""
-    if isinstance(obj, bytes | bytearray | memoryview):
-        return base64.b64encode(obj).decode("ascii")
-    if isinstance(obj, datetime.date):
-        return obj.isoformat()
-    if isinstance(obj, str):  # a str subclass json refused (never: json takes them)
-        return str.__str__(obj)
-    if isinstance(obj, numbers.Integral):
-        return int(obj)
-    if isinstance(obj, numbers.Real):
-        return float(obj)
-    if hasattr(type(obj), "__iter__") and not isinstance(obj, type):
-        items = list(itertools.islice(obj, MAX_ITEMS + 1))  # type: ignore[call-overload]
-        if len(items) > MAX_ITEMS:  # an endless iterator would never end the cell
-            raise TypeError(f"an iterator of more than {MAX_ITEMS} items cannot be sent")
-        return items
-    raise TypeError(f"Object of type {type(obj).__name__} is not JSON serializable")
 
 
 def to_message(value: Any) -> Any:
     """`value` (a MIME bundle, its metadata, a comm message) as JSON data a frontend can be
-    sent, converted as jupyter_client converts a message under ipykernel: jupyter_default for
-    what JSON lacks, then, if that fails, json_clean's way (keys as str, NaN and infinities as
-    their repr). What even that cannot carry (an object with no JSON form, a circular or too
-    deeply nested structure) is a ValueError, as on ipykernel ("Can't clean for JSON"), raised
-    where the value was shown; never a failure of the driver. Lone surrogates become U+FFFD."""
+    sent, converted as jupyter_client converts a message under ipykernel (json_default, then
+    json_clean): bytes as base64 (an image formatter's PNG or JPEG), dates as ISO text, tuples,
+    sets and other iterables as lists, numbers as int or float, NaN and infinities as their
+    repr, keys as str; lone surrogates become U+FFFD. What has no JSON form (an object, data
+    nested deeper than MAX_NESTING or referring to itself, keys that collide once made str) is
+    a ValueError, as on ipykernel ("Can't clean for JSON"), raised where the value was shown:
+    never a failure of the driver. Walked in Python, never by the C json module (see
+    MAX_NESTING), and only when the value is not already plain."""
     if _simple(value, 2):
         return value  # the usual bundle: {"text/plain": "..."}, nothing to convert
     try:
-        text = json.dumps(value, default=jupyter_default, ensure_ascii=False)
-    except Exception:  # what the value's own methods raise too (an __iter__, a __float__)
-        try:
-            text = json.dumps(_clean(value, _NESTING), default=jupyter_default, ensure_ascii=False)
-        except Exception as exc:
-            raise ValueError(f"Can't clean for JSON: {describe(exc)}") from None
-    return json.loads(_SURROGATE.sub("\ufffd", text))
-
-
-def _clean(obj: Any, depth: int) -> Any:
-    """jupyter_client's json_clean: JSON data with str keys, or ValueError."""
-    if depth <= 0:
-        raise ValueError("the data is nested too deeply (or refers to itself)")
-    if obj is None or isinstance(obj, bool | str):
-        return obj
-    if isinstance(obj, numbers.Integral):
-        return int(obj)
-    if isinstance(obj, numbers.Real):
-        number = float(obj)
-        return number if math.isfinite(number) else repr(number)
-    if isinstance(obj, bytes | bytearray | memoryview):
-        return base64.b64encode(obj).decode("ascii")
-    if isinstance(obj, dict):
-        keys = [k if isinstance(k, str) else _key(k) for k in obj]
-        if len(set(keys)) != len(keys):
-            raise ValueError(
-                "dict cannot be safely converted to JSON: key collision would lead to dropped "
-                "values"
-            )
-        return {k: _clean(v, depth - 1) for k, v in zip(keys, obj.values(), strict=True)}
-    if isinstance(obj, list | tuple | set | frozenset):
-        return [_clean(item, depth - 1) for item in obj]
-    if isinstance(obj, datetime.date):
-        return obj.isoformat()
-    raise ValueError(f"cannot send an object of type {type(obj).__name__} to the frontend")
-
-
-def _key(key: object) -> str:
-    try:
-        return str(key)
-    except Exception:
-        return plain_text(key)
+        return _Clean().convert(value, MAX_NESTING)
+    except Exception as exc:  # what the value's own methods raise too (an __iter__, a __float__)
+        raise ValueError(f"Can't clean for JSON: {describe(exc)}") from None
 
 
 def _simple(value: Any, depth: int) -> bool:
@@ -304,7 +249,7 @@ def _simple(value: Any, depth: int) -> bool:
     if type(value) is not dict:
         return False
     for key, item in value.items():
-        if type(key) is not str:
+        if type(key) is not str or (not key.isascii() and _SURROGATE.search(key)):
             return False
         if type(item) is str:
             if not item.isascii() and _SURROGATE.search(item):
@@ -312,3 +257,97 @@ def _simple(value: Any, depth: int) -> bool:
         elif depth <= 1 or not _simple(item, depth - 1):
             return False
     return True
+
+
+def _text(value: str) -> str:
+    if type(value) is not str:
+        value = str.__str__(value)
+    if value.isascii() or not _SURROGATE.search(value):
+        return value
+    return _SURROGATE.sub("\ufffd", value)
+
+
+class _Clean:
+    """jupyter_client's json_default and json_clean in one walk: JSON data with str keys, or
+    an exception. Containers on the current path are marked (a cycle is an error, as json's
+    check_circular makes it), and the walk has a budget of nodes (shared references can make
+    a small structure's JSON huge)."""
+
+    def __init__(self) -> None:
+        self.path: set[int] = set()
+        self.left = MAX_NODES
+
+    def convert(self, obj: Any, depth: int) -> Any:
+        self.left -= 1
+        if depth <= 0 or self.left <= 0:
+            raise ValueError(f"the data is nested deeper than {MAX_NESTING} levels or too big")
+        if obj is None or obj is True or obj is False:
+            return obj
+        if isinstance(obj, str):
+            return _text(obj)
+        if isinstance(obj, bool):
+            return bool(obj)
+        if isinstance(obj, numbers.Integral):
+            return int(obj)
+        if isinstance(obj, numbers.Real):
+            number = float(obj)
+            return number if math.isfinite(number) else repr(number)
+        if isinstance(obj, bytes | bytearray | memoryview):
+            return base64.b64encode(obj).decode("ascii")
+        if isinstance(obj, datetime.date):
+            return obj.isoformat()
+        if id(obj) in self.path:
+            raise ValueError("Circular reference detected")
+        self.path.add(id(obj))
+        try:
+            return self._container(obj, depth - 1)
+        finally:
+            self.path.discard(id(obj))
+
+    def _container(self, obj: Any, depth: int) -> Any:
+        if isinstance(obj, dict):
+            keys = [_text(k) if isinstance(k, str) else _key(k) for k in obj]
+            if len(set(keys)) != len(keys):
+                raise ValueError(
+                    "dict cannot be safely converted to JSON: key collision would lead to "
+                    "dropped values"
+                )
+            values = [self.convert(v, depth) for v in obj.values()]
+            return dict(zip(keys, values, strict=True))
+        if isinstance(obj, list | tuple | set | frozenset):
+            return [self.convert(item, depth) for item in obj]
+        if hasattr(type(obj), "__iter__") and not isinstance(obj, type):  # as json_default
+            items = list(itertools.islice(obj, MAX_ITEMS + 1))
+            if len(items) > MAX_ITEMS:  # an endless iterator would never end the cell
+                raise ValueError(f"an iterator of more than {MAX_ITEMS} items cannot be sent")
+            return [self.convert(item, depth) for item in items]
+        raise ValueError(f"an object of type {type(obj).__name__} has no JSON form")
+
+
+def _key(key: object) -> str:
+    """A dict key as JSON's: None, bools and numbers as json.dumps writes them, else str()."""
+    if key is None or isinstance(key, bool):
+        return {None: "null", True: "true", False: "false"}[key]
+    try:
+        return _text(str(key))
+    except Exception:
+        return plain_text(key)
+
+
+def nested_too_deeply(value: Any, limit: int = MAX_NESTING) -> bool:
+    """Whether lists, tuples and dicts in `value` nest deeper than `limit`: such data must not
+    reach the C json module (MAX_NESTING). A container met again is not walked again (a cycle
+    is json's own ValueError)."""
+    if not isinstance(value, dict | list | tuple):
+        return False
+    stack, seen = [(value, 0)], set()
+    while stack:
+        item, depth = stack.pop()
+        if depth > limit:
+            return True
+        if id(item) in seen:
+            continue
+        seen.add(id(item))
+        children = item.values() if isinstance(item, dict) else item
+        stack.extend((v, depth + 1) for v in children if isinstance(v, dict | list | tuple))
+    return False

@@ -16,7 +16,7 @@ import operator
 import re
 from typing import Any
 
-from sandbox_kernel_bundles import format_bundle, put
+from sandbox_kernel_bundles import MAX_NESTING, format_bundle, nested_too_deeply, put, to_message
 from sandbox_kernel_door import DoorClient
 from sandbox_kernel_helpers import haystacks, need_int, need_str
 from sandbox_kernel_streams import flush_streams
@@ -60,6 +60,9 @@ class HostCalls(DoorClient):
             self._send_display({"data": data, "metadata": {**extra, **(metadata or {})}})
 
     def _send_display(self, message: dict[str, Any]) -> None:
+        """Send a display (as ipykernel's packer converts it: to_message); what has no JSON
+        form is a ValueError where it was displayed."""
+        message = to_message(message)
         self.call("display", **message)
         self.displays.append(message)
 
@@ -117,6 +120,8 @@ class HostCalls(DoorClient):
         need_str("rlm_query", "task", task)
         if ctx is _NO_CTX:
             return self.call("rlm_query", task=task, has_ctx=False, ctx=None)
+        if nested_too_deeply(ctx):
+            raise ValueError(f"rlm_query() ctx is nested deeper than {MAX_NESTING} levels")
         return self.call("rlm_query", task=task, has_ctx=True, ctx=ctx)
 
     def search_context(

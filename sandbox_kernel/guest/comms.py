@@ -65,11 +65,14 @@ def patch(comm: Any) -> None:
         ) -> None:
             content = {"data": {} if data is None else data, "comm_id": self.comm_id, **keys}
             encoded = [base64.b64encode(bytes(buffer)).decode("ascii") for buffer in buffers or ()]
+            # As ipykernel's packer converts a message (bytes as base64, ...); what has no
+            # JSON form is a ValueError in the code that sent it.
+            to_message = sys.modules["sandbox_kernel_bundles"].to_message
             _driver().call(
                 "comm",
                 msg_type=msg_type,
-                content=content,
-                metadata={} if metadata is None else metadata,
+                content=to_message(content),
+                metadata=to_message({} if metadata is None else metadata),
                 buffers=encoded,
             )
 

@@ -289,6 +289,11 @@ class Driver(Binding):
         payload = list(shell.payload_manager.read_payload())
         if payload:
             shell.payload_manager.clear_payload()
+            try:
+                payload = to_message(payload)
+            except ValueError as exc:  # as ipykernel, whose reply then fails to pack
+                warn(f"[sandbox] the cell's payloads were left out: {describe(exc)}")
+                payload = []
         return {
             "status": status,
             "error": error,
@@ -383,26 +388,27 @@ class Driver(Binding):
         except Exception as exc:  # the reply still carries it
             warn(f"the result could not be shown now: {describe(exc)}")
 
-    def set_error(
-        self, etype: Any, evalue: Any, stb: list[str], in_displayhook: bool = False
-    ) -> None:
-        """IPython's traceback for the cell (or for a formatter that failed: shown on
-        stderr; in the display hook it fails the cell's request, as on ipykernel)."""
+    def set_error(self, etype: Any, evalue: Any, stb: list[str], formatter: bool = False) -> None:
+        """IPython's traceback for the cell; or, `formatter`, for a formatter that failed
+        while the cell went on: shown on stderr now, where ipykernel shows it (before the
+        result or display it was formatting), and in the display hook it fails the cell's
+        request, as on ipykernel."""
         name = _text(getattr(etype, "__name__", None) or type(evalue).__name__)
         evalue_text = safe_str(evalue) if isinstance(evalue, BaseException) else _text(evalue)
         lines = [_text(line) for line in stb] if isinstance(stb, list) else [_text(stb)]
         error = {"ename": name, "evalue": evalue_text, "traceback": lines}
-        if in_displayhook and not self._outcome.get("displayhook_error"):
-            warn("\n".join(lines))  # now, before the result, as ipykernel shows it
-            self._outcome["displayhook_error"] = error
-        else:
+        if not formatter:
             self._outcome["error"] = error
+            return
+        warn("\n".join(lines))
+        if self.shell is not None and getattr(self.shell.displayhook, "active", False):
+            self._outcome.setdefault("displayhook_error", error)
 
     def publish_display(self, message: dict[str, Any]) -> None:
         """A display, or an update of one by its display_id, shown now (after what the cell
         printed before it)."""
         flush_streams()
-        self._send_display(to_message(message))
+        self._send_display(message)
 
     def clear_output(self, wait: bool = False) -> None:
         flush_streams()

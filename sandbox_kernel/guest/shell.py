@@ -371,7 +371,7 @@ def _shell_class(driver: Any) -> Any:
             return etype, value, tb
 
         def _showtraceback(self, etype: Any, evalue: Any, stb: list[str]) -> None:
-            driver.set_error(etype, evalue, stb, getattr(self.displayhook, "active", False))
+            driver.set_error(etype, evalue, stb, _in_formatter())
 
         def should_run_async(
             self,
@@ -438,6 +438,20 @@ def _shell_class(driver: Any) -> Any:
             return SList(text.splitlines()) if split else text
 
     return ZMQInteractiveShell
+
+
+def _in_formatter() -> bool:
+    """Whether IPython's formatters are showing their own failure (catch_format_error): a
+    repr that raised while the cell goes on, not the cell's error."""
+    frame = sys._getframe(2)
+    for _ in range(12):
+        if frame is None:
+            return False
+        code = frame.f_code
+        if code.co_name == "catch_format_error" and code.co_filename.endswith("formatters.py"):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _user_tracebacks(
