@@ -110,7 +110,8 @@ class Scan:
     shown: int = 0
     skipped: int = 0  # files that could not be linked
     not_utf8: list[str] = field(default_factory=list)
-    too_many: list[str] = field(default_factory=list)  # folders not listed: over MAX_ENTRIES
+    too_many: list[str] = field(default_factory=list)  # the first entries over MAX_ENTRIES
+    left_out: int = 0  # entries seen but not shown: over MAX_ENTRIES
     too_deep: list[str] = field(default_factory=list)
 
     def finish(self) -> None:
@@ -126,9 +127,11 @@ class Scan:
                 f"cannot carry them): {named(self.not_utf8)}"
             )
         if self.too_many:
+            more = self.left_out - len(self.too_many)
             self.notes.append(
-                f"the folder has over {MAX_ENTRIES:,} entries: only the first shown, "
-                f"nearest first; not shown: {named(self.too_many)}"
+                f"the folder has over {MAX_ENTRIES:,} entries: the {MAX_ENTRIES:,} nearest are "
+                f"shown; not shown: {named(self.too_many)}"
+                + (f" and {more:,} more" if more > 0 else "")
             )
         if self.too_deep:
             self.notes.append(
@@ -205,7 +208,8 @@ class LayerSync:
                 found.not_utf8.append(child)
                 continue
             if found.shown >= MAX_ENTRIES:
-                if stat.S_ISDIR(st.st_mode) or not found.too_many:
+                found.left_out += 1
+                if len(found.too_many) < MAX_NAMED:
                     found.too_many.append(child)
                 continue
             if stat.S_ISDIR(st.st_mode):
