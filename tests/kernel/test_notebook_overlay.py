@@ -8,7 +8,9 @@ start sees them.
 
 from __future__ import annotations
 
+import os
 import shutil
+import threading
 from pathlib import Path
 
 from tests.kernel.conftest import start_ipykernel, start_kernel
@@ -118,3 +120,40 @@ def test_off_shows_no_folder(tmp_path: Path) -> None:
     finally:
         kernel.shutdown()
     assert not (root / ".sandbox-kernel").exists()
+
+
+def test_a_folder_with_odd_names_runtime_files_and_churn_starts_and_lists(tmp_path: Path) -> None:
+    """Issue 47, items 8 and 9, as a kernel meets them: a file named with a latin-1 byte, a
+    Jupyter connection file beside the notebook and a download's `.part` file coming and going
+    while the kernel starts. The start and every cell work, the folder lists (without the odd
+    name and the connection file), and imports work."""
+    root = tmp_path / "course"
+    _course(root)
+    with open(os.open(os.fsencode(root) + b"/caf\xe9-latin1.csv", os.O_WRONLY | os.O_CREAT), "w"):
+        pass
+    (root / "kernel-4242.json").write_text('{"key": "hmac-secret"}')
+    stop = threading.Event()
+
+    def churn() -> None:
+        part = root / "tmp14.part"
+        while not stop.is_set():
+            part.write_bytes(b"partial")
+            part.unlink()
+
+    thread = threading.Thread(target=churn, daemon=True)
+    thread.start()
+    try:
+        kernel = start_kernel(root)
+        try:
+            for _ in range(3):
+                names = kernel.run_ok(
+                    "import os\nsorted(n for n in os.listdir('.') if n.endswith(('.csv', '.json')))"
+                )
+                assert names.result() == "[]", "neither the odd name nor the connection file"
+            assert kernel.run_ok("import ipywidgets\n'ok'").result() == "'ok'"
+            assert kernel.run_ok("open('notes.txt').read()").result() == '"the user\'s notes\\n"'
+        finally:
+            kernel.shutdown()
+    finally:
+        stop.set()
+        thread.join(10)
