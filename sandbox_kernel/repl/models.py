@@ -10,7 +10,15 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 
-from pydantic import AfterValidator, Base64Bytes, BaseModel, ConfigDict, Field, PositiveInt
+from pydantic import (
+    AfterValidator,
+    Base64Bytes,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PositiveInt,
+    model_validator,
+)
 
 from sandbox_kernel.core.policy import ExecutionPolicy
 from sandbox_kernel.core.results import WheelRecord
@@ -103,6 +111,48 @@ class REPLConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
 
     policy: ExecutionPolicy = Field(default_factory=ExecutionPolicy)
+
+    # The specification's names (seeds/004: `REPLConfig.timeout` in milliseconds,
+    # `max_output_length`) and the earlier `timeout_ms`: inputs that set the policy's limits,
+    # never a second owner. Read back, each gives the policy's value.
+    @model_validator(mode="before")
+    @classmethod
+    def _spec_names(cls, data: Any) -> Any:
+        if isinstance(data, dict) and not _SPEC_NAMES.isdisjoint(data):
+            data = spec_names_to_policy(data)
+        return data
+
+    @property
+    def timeout(self) -> int:
+        """The wall clock per execution in milliseconds (the specification's name): the
+        policy's `timeout_seconds`."""
+        return round(self.policy.timeout_seconds * 1000)
+
+    @timeout.setter
+    def timeout(self, milliseconds: float) -> None:
+        seconds = _milliseconds("timeout", milliseconds) / 1000
+        self.policy = limited(self, timeout_seconds=seconds).policy
+
+    @property
+    def timeout_ms(self) -> int:
+        """As `timeout` (the name of earlier releases)."""
+        return self.timeout
+
+    @timeout_ms.setter
+    def timeout_ms(self, milliseconds: float) -> None:
+        self.timeout = milliseconds
+
+    @property
+    def max_output_length(self) -> int:
+        """What one execution's stdout keeps (the specification's name): the policy's
+        `stdout_max_bytes` (stderr's is set with it)."""
+        return self.policy.stdout_max_bytes
+
+    @max_output_length.setter
+    def max_output_length(self, length: int) -> None:
+        caps = dict.fromkeys(("stdout_max_bytes", "stderr_max_bytes"), _output_length(length))
+        self.policy = ExecutionPolicy.model_validate({**self.policy.model_dump(), **caps})
+
     # "auto": the daemon when one answers at `daemon_socket`, else "wasm"; never an unsafe
     # backend ("native" and "pyodide" are no sandbox: they run only when named).
     backend: Literal["auto", "wasm", "daemon", "native", "pyodide"] = "auto"
@@ -164,6 +214,64 @@ class REPLConfig(BaseModel):
     # The running total of the session's model usage (LLMService.configure sets it): each
     # execution reports the difference as CodeExecution.llm.
     llm_usage: Callable[[], LLMUsage] | None = None
+
+
+_SPEC_NAMES = frozenset({"timeout", "timeout_ms", "max_output_length"})
+
+
+def spec_names_to_policy(data: dict[str, Any]) -> dict[str, Any]:
+    """REPLConfig's input with the specification's names (`timeout` and `timeout_ms` in
+    milliseconds, `max_output_length`) moved into its policy: `timeout_seconds`, and
+    `stdout_max_bytes` and `stderr_max_bytes`. A name set twice to different values (`timeout`
+    and `timeout_ms`, or either and a policy whose own field says otherwise) is a ValueError
+    naming both. Also what the daemon's `open` request is read with."""
+    data = dict(data)
+    updates: dict[str, Any] = {}
+    given = {name: data.pop(name) for name in sorted(_SPEC_NAMES) if name in data}
+    milliseconds = {name: given[name] for name in ("timeout", "timeout_ms") if name in given}
+    if len({repr(value) for value in milliseconds.values()}) > 1:
+        raise ValueError(f"timeout and timeout_ms disagree: {milliseconds}; set one")
+    for name, value in milliseconds.items():
+        updates["timeout_seconds"] = _milliseconds(name, value) / 1000
+    if "max_output_length" in given:
+        length = _output_length(given["max_output_length"])
+        updates["stdout_max_bytes"] = updates["stderr_max_bytes"] = length
+    policy = data.get("policy")
+    if isinstance(policy, ExecutionPolicy):
+        explicit = policy.model_fields_set
+        current = policy.model_dump()
+    elif isinstance(policy, dict):
+        explicit, current = set(policy), dict(policy)
+    elif policy is None:
+        explicit, current = set(), {}
+    else:  # not a policy: pydantic says so
+        return data
+    for field, value in updates.items():
+        if field in explicit and current[field] != value:
+            names = ", ".join(sorted(given))
+            raise ValueError(
+                f"{names} and policy.{field} disagree ({current[field]!r} != {value!r}); "
+                "set the limit in one place"
+            )
+    if isinstance(policy, ExecutionPolicy):  # as limited() changes one: validated again
+        data["policy"] = ExecutionPolicy.model_validate({**current, **updates})
+    else:
+        data["policy"] = {**current, **updates}
+    return data
+
+
+def _output_length(length: Any) -> int:
+    if isinstance(length, bool) or not isinstance(length, int) or length <= 0:
+        raise ValueError(f"max_output_length must be a positive int, not {length!r}")
+    return length
+
+
+def _milliseconds(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise ValueError(f"{name} is in milliseconds: a positive number, not {value!r}")
+    if value != value or value == float("inf"):
+        raise ValueError(f"{name} must be finite, not {value!r}")
+    return float(value)
 
 
 def limited(

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from sandbox_kernel import (
     ExecutionPolicy,
@@ -18,6 +19,8 @@ from sandbox_kernel import (
     create_sandbox,
 )
 from sandbox_kernel.core.results import LimitKind
+from sandbox_kernel.repl.daemon.protocol import connect, read_frame, send_frame
+from tests.repl.daemon_fixtures import running_daemon
 
 TEN_THOUSAND_BYTES = "import sys\nsys.stdout.write('x' * 10_000)"
 
@@ -150,3 +153,75 @@ def test_a_budget_too_small_for_the_interpreter_says_so(workspace: Path) -> None
 def test_javascript_reports_no_start(workspace: Path) -> None:
     result = JavaScriptSandbox(ExecutionPolicy(), workspace).execute("console.log(1)")
     assert result.startup_fuel == 0 and result.user_fuel == result.fuel_consumed
+
+
+# -- "REPLConfig.timeout ... in milliseconds", "maxOutputLength" (seeds/004) ------------------
+
+
+def test_the_specifications_repl_names_set_the_policy(workspace: Path) -> None:
+    """Scenario: "WHEN REPLConfig.timeout is set THEN that value SHALL be used as the timeout in
+    milliseconds"; "WHEN stdout length > maxOutputLength THEN output SHALL be truncated with
+    omission notice". The names are inputs: the policy stays the one owner, and reading a
+    name back gives the policy's value."""
+    config = REPLConfig(workspace=workspace, timeout=1500, max_output_length=1000)
+    assert config.policy.timeout_seconds == 1.5
+    assert config.policy.stdout_max_bytes == config.policy.stderr_max_bytes == 1000
+    assert (config.timeout, config.timeout_ms, config.max_output_length) == (1500, 1500, 1000)
+    assert REPLConfig(timeout_ms=2500).policy.timeout_seconds == 2.5  # the earlier name
+    assert REPLConfig().timeout == 30_000  # the policy's default, in milliseconds
+    config.timeout = 4000
+    config.max_output_length = 2000
+    assert config.policy.timeout_seconds == 4.0 and config.policy.stderr_max_bytes == 2000
+    kept = REPLConfig(timeout=3000, policy=ExecutionPolicy(memory_bytes=64_000_000))
+    assert kept.policy.memory_bytes == 64_000_000 and kept.policy.timeout_seconds == 3.0
+    agreeing = REPLConfig(timeout=3000, policy=ExecutionPolicy(timeout_seconds=3))
+    assert agreeing.timeout == 3000
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"timeout": 1000, "timeout_ms": 2000}, "timeout and timeout_ms disagree"),
+        ({"timeout": 1000, "policy": ExecutionPolicy(timeout_seconds=5)}, "disagree"),
+        ({"max_output_length": 10, "policy": {"stdout_max_bytes": 20}}, "disagree"),
+        ({"timeout": -1}, "milliseconds"),
+        ({"timeout": "soon"}, "milliseconds"),
+        ({"timeout": float("nan")}, "milliseconds"),
+        ({"max_output_length": True}, "positive int"),
+        ({"max_output_length": 0}, "positive int"),
+    ],
+)
+def test_the_specifications_names_refuse_conflicts(fields: dict[str, object], message: str) -> None:
+    with pytest.raises(ValidationError, match=message):
+        REPLConfig.model_validate(fields)
+
+
+def test_the_repl_enforces_the_specifications_names(workspace: Path) -> None:
+    """A timeout in milliseconds ends a runaway cell; max_output_length cuts stdout with the
+    notice; the session is kept."""
+    config = REPLConfig(workspace=workspace, timeout=2000, max_output_length=1000)
+    with create_repl(config) as repl:
+        repl.initialize()
+        cut = repl.execute(TEN_THOUSAND_BYTES)
+        assert cut.truncated and len(cut.stdout.encode()) <= 1000 + 200
+        assert "omitted" in cut.stdout or "cut" in cut.stdout or "truncated" in cut.stdout
+        assert repl.execute("x = 1").ok
+        slow = repl.execute("import time\ntime.sleep(60)")
+        assert slow.status.value == "timeout", slow
+        assert slow.duration_ms < 30_000  # the 2000 ms limit, not the 30 s default
+        assert repl.execute("print(x)").stdout == "1\n"
+
+
+def test_the_daemons_open_takes_the_specifications_names(tmp_path: Path, workspace: Path) -> None:
+    """The daemon's `open` request reads the names as REPLConfig does, a conflict refused."""
+    with running_daemon(tmp_path / "d", pool=1) as socket_path:
+        good = {"timeout": 2000, "max_output_length": 500, "workspace": str(workspace)}
+        bad = {"timeout": 2000, "policy": {"timeout_seconds": 9}, "workspace": str(workspace)}
+        answers = []
+        for config in (good, bad):
+            with connect(socket_path, 60) as sock:
+                send_frame(sock, {"op": "open", "config": config, "callbacks": []})
+                answers.append(read_frame(sock))
+    assert answers[0] is not None and answers[0]["op"] == "ready", answers[0]
+    assert answers[1] is not None and answers[1]["op"] == "error", answers[1]
+    assert "disagree" in answers[1]["message"]

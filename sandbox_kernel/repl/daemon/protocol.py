@@ -7,7 +7,10 @@ told, and the connection closed: a stream cannot be resynchronised past an unrea
 Client -> daemon, the first frame of every connection:
 
     open     {"config": {...}, "callbacks": [name, ...]}   a session; the daemon hands the
-             connection to a warm worker, which answers {"op": "ready", "pid": p}
+             connection to a warm worker, which answers {"op": "ready", "pid": p}. The
+             config's fields are DATA_FIELDS, and the specification's names SPEC_FIELDS
+             (`timeout` and `timeout_ms` in milliseconds, `max_output_length`), which set
+             the policy as REPLConfig reads them (a conflict with the policy is refused)
     status   {}        -> {"op": "status", ...} (pid, workers, sessions, socket)
     shutdown {}        -> {"op": "bye"}; the daemon stops its workers and exits
 
@@ -84,6 +87,9 @@ DATA_FIELDS: Final = frozenset(
         "notebook_overlay",
     }
 )
+# The specification's names for the policy's limits, accepted in `open` as REPLConfig
+# accepts them (repl/models.py: spec_names_to_policy).
+SPEC_FIELDS: Final = frozenset({"timeout", "timeout_ms", "max_output_length"})
 # The client's callbacks the worker stands in for (REPLConfig's on_<name>).
 CALLBACKS: Final = (
     "stdout",

@@ -41,6 +41,7 @@ from sandbox_kernel.core.policy import ExecutionPolicy
 from sandbox_kernel.repl.daemon.protocol import (
     CALLBACKS,
     DATA_FIELDS,
+    SPEC_FIELDS,
     FrameError,
     decode_context,
     read_frame,
@@ -89,7 +90,7 @@ class WorkerSession:
         names = request.get("callbacks")
         if not isinstance(data, dict) or not isinstance(names, list):
             raise FrameError("open needs config (an object) and callbacks (a list)")
-        unknown = set(data) - DATA_FIELDS
+        unknown = set(data) - DATA_FIELDS - SPEC_FIELDS
         if unknown:
             raise FrameError(f"open: unknown config fields {sorted(unknown)}")
         callbacks: dict[str, Any] = {}
