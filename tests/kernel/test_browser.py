@@ -23,8 +23,9 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import nbformat
 import pytest
@@ -32,6 +33,7 @@ import pytest
 from tests.attacks.xss_probes import PROBES
 from tests.browser import chromium, screenshot_on_failure
 from tests.kernel.conftest import KERNEL_NAME, install_kernel_spec
+from tests.local_http import LocalHTTPServer
 from tests.processes import free_port, stop, wait_until_up
 
 pytestmark = pytest.mark.slow
@@ -369,3 +371,95 @@ def _kernel_says(page: Any, code: str) -> str:
             code,
         )
     )
+
+
+# -- issue 47: a widget's view, and fetches from widget fields -------------------------------
+
+
+class _Beacons(BaseHTTPRequestHandler):
+    """Records every request that reaches it: a page that fetches from here leaked."""
+
+    seen: ClassVar[list[str]] = []
+
+    def do_GET(self) -> None:
+        self.seen.append(self.path)
+        self.send_response(204)
+        self.end_headers()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return
+
+
+def _widget_leak_cells(base: str) -> list[str]:
+    """Script through a view the model's package never pairs with it, and a fetch from every
+    kind of URL- or CSS-valued widget field, each beacon at a path of its own."""
+    onerror = f'<img src=x onerror="{BUMP}">'
+    return [
+        "import ipywidgets as w",
+        f"w.Label(value={onerror!r}, _view_name='HTMLView')",
+        f"w.Textarea(value={onerror!r}, _view_name='HTMLMathView')",
+        f"t = w.Text(value={onerror!r})\nh = w.HTML('linked')\n"
+        "link = w.jslink((t, 'value'), (h, 'value'))\nw.VBox([t, h])",
+        f"w.HTML('styled html', style={{'background': 'url({base}/html-style)'}})",
+        f"w.Label('styled label', style={{'background': \"url('{base}/label-style')\"}})",
+        f"w.HTMLMath('styled math', style={{'background': 'url({base}/htmlmath-style)'}})",
+        f"w.Image(value=b'{base}/image', format='url')",
+        f"w.Video(value=b'{base}/video', format='url', autoplay=False)",
+        f"w.Audio(value=b'{base}/audio', format='url', autoplay=False)",
+    ]
+
+
+@pytest.fixture
+def beacons() -> Iterator[tuple[str, list[str]]]:
+    _Beacons.seen = []
+    server = LocalHTTPServer(_Beacons)
+    server.start()
+    try:
+        yield server.base, _Beacons.seen
+    finally:
+        server.stop()
+
+
+def _run_widget_leaks(
+    lab: Lab, browser: Any, folder: Path, kernel: str, base: str
+) -> tuple[int, list[str]]:
+    """The leak cells in a notebook of their own on `kernel`: (script runs, requests the page
+    made to `base`)."""
+    name = f"leaks-{kernel}/leaks.ipynb"
+    _notebook(lab.root / name, _widget_leak_cells(base), kernel)
+    page = browser.new_page(viewport={"width": 1280, "height": 4000})  # every cell in view
+    requested: list[str] = []
+    page.on("request", lambda r: requested.append(r.url) if r.url.startswith(base) else None)
+    with screenshot_on_failure(page, folder, f"leaks-{kernel}"):
+        open_notebook(page, lab, name)
+        run_all(page)
+        page.locator(".jp-OutputArea-output").get_by_text("styled math").wait_for(timeout=30_000)
+        page.wait_for_timeout(3000)  # media and backgrounds load a little later
+        runs = pwned(page)
+    page.close()
+    return runs, requested
+
+
+def test_widgets_run_no_script_and_fetch_nothing(
+    lab: Lab, browser: Any, tmp_path: Path, beacons: tuple[str, list[str]]
+) -> None:
+    """Issue 47: a Label or Textarea shown through HTMLView/HTMLMathView, a link that copies
+    a Text's value into an HTML widget, url() in HTML/Label/HTMLMath styles and media with
+    format='url' (each pointing at a local HTTP server): no script runs and no request leaves
+    the page for that server."""
+    base, seen = beacons
+    runs, requested = _run_widget_leaks(lab, browser, tmp_path, KERNEL_NAME, base)
+    fetched = sorted({url.removeprefix(base) for url in requested} | set(seen))
+    assert (runs, fetched) == (0, []), f"script ran {runs} times; the page fetched {fetched}"
+
+
+def test_the_widget_leaks_run_when_outputs_are_trusted(
+    lab: Lab, browser: Any, tmp_path: Path, beacons: tuple[str, list[str]]
+) -> None:
+    """The same cells on the trusting spec DO run script and fetch: the checks above can
+    fail."""
+    base, seen = beacons
+    runs, requested = _run_widget_leaks(lab, browser, tmp_path, f"{KERNEL_NAME}-trusting", base)
+    assert runs >= 1, "the control's widgets ran no script: the check above proves nothing"
+    fetched = {url.removeprefix(base) for url in requested} | set(seen)
+    assert {"/html-style", "/image"} <= fetched, f"the control fetched only {fetched}"
