@@ -1,21 +1,29 @@
 """sandbox-python on a remote host through Jupyter Enterprise Gateway's distributed process
-proxy, for real: Enterprise Gateway (its own venv, .venv-eg) starts the kernel over SSH, with
-key authentication, as a separate user (`sandbox-remote`), through Debian's sshd bound to
-127.0.0.2, which Enterprise Gateway does not count as its own address, so it does use SSH. The
-remote user's kernel runs from its own install (bin/setup-remote-host), with our launcher
+proxy, for real, set up by docs/install.md's recipe ("Jupyter Enterprise Gateway, step by
+step"), whose blocks this module runs as written (tests/kernel/recipe.py): Enterprise Gateway
+(its own venv, .venv-eg) starts the kernel over SSH, with key authentication, as a separate
+user (`sandbox-remote`), through Debian's sshd bound to 127.0.0.2, which Enterprise Gateway
+does not count as its own address, so it does use SSH. The remote user's kernel runs from its
+own venv, into which the recipe installs this checkout, with our launcher
 (sandbox_kernel/kernel/remote.py) reporting back. A client then runs cells over the gateway's
 WebSocket, interrupts and restarts over REST, as with Kernel Gateway.
 
-bin/setup --tests prepares all of it; a missing piece fails the test and names the fix.
+The "fresh pair of hosts": the remote user's authorized keys emptied, a new home for the
+gateway's user (no key, no known host), a new sshd host key. bin/setup --tests prepares the
+rest (the user, its venv, Debian's sshd); a missing piece fails the test and names the fix.
+SANDBOX_KERNEL_RECIPE_SOURCE=HEAD installs the last commit instead of the work tree.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import pwd
 import shutil
+import signal
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -24,8 +32,15 @@ from pathlib import Path
 import pytest
 
 from tests.kernel.conftest import processes_mentioning
-from tests.kernel.gateway import TOKEN, Gateway, serve_gateway
-from tests.processes import free_port, stop
+from tests.kernel.gateway import Gateway
+from tests.kernel.recipe import (
+    SYSTEM_PATH,
+    run_block,
+    settings_names,
+    start_block,
+    stop_group,
+)
+from tests.processes import free_port, stop, wait_until_up
 
 pytestmark = pytest.mark.slow
 
@@ -36,17 +51,18 @@ SPEC = "sandbox-python-distributed"
 # Enterprise Gateway refuses kernels for root; a client says whose kernel it asks for.
 CLIENT = {"KERNEL_USERNAME": "alice"}
 FIX = "run bin/setup --tests (as root, or with sudo): it prepares the remote host"
+TOKEN = "enterprise-gateway-token-0123456789"
 
 
 @dataclass
 class RemoteHost:
-    """Debian's sshd on REMOTE_ADDRESS, for REMOTE_USER's key only."""
+    """Debian's sshd on REMOTE_ADDRESS, for REMOTE_USER's keys only."""
 
     port: int
     process: subprocess.Popen[bytes]
     log: Path
     python: Path
-    client_home: Path  # HOME for Enterprise Gateway: the user's key and the host's known key
+    user: pwd.struct_passwd
 
     def sshd_log(self) -> str:
         return self.log.read_text(errors="replace")
@@ -55,16 +71,6 @@ class RemoteHost:
 def _keygen(path: Path) -> str:
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(path)], check=True)
     return path.with_suffix(".pub").read_text().strip()
-
-
-def _authorize(user: pwd.struct_passwd, public_key: str) -> None:
-    ssh_dir = Path(user.pw_dir) / ".ssh"
-    ssh_dir.mkdir(mode=0o700, exist_ok=True)
-    keys = ssh_dir / "authorized_keys"
-    keys.write_text(public_key + "\n")
-    keys.chmod(0o600)
-    for path in (ssh_dir, keys):
-        os.chown(path, user.pw_uid, user.pw_gid)
 
 
 @pytest.fixture(scope="module")
@@ -77,10 +83,12 @@ def remote_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RemoteHost
     except KeyError:
         pytest.fail(f"no user {REMOTE_USER}: {FIX}")
     python = Path(user.pw_dir) / "venv" / "bin" / "python"
-    assert python.is_file(), f"{REMOTE_USER} has no sandbox-kernel install: {FIX}"
+    assert python.is_file(), f"{REMOTE_USER} has no venv: {FIX}"
+    keys = Path(user.pw_dir) / ".ssh" / "authorized_keys"
+    if keys.exists():
+        keys.write_text("")  # a fresh host: no gateway's key yet (the recipe adds it)
     root = tmp_path_factory.mktemp("remote-host")
-    host_key = _keygen(root / "host_key")
-    _authorize(user, _keygen(root / "client_key"))
+    _keygen(root / "host_key")
     port = free_port(REMOTE_ADDRESS)
     config = root / "sshd_config"
     config.write_text(
@@ -91,16 +99,12 @@ def remote_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RemoteHost
         "AllowTcpForwarding no\nLogLevel VERBOSE\n"
     )
     Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege separation folder
-    client_home = root / "gateway-home"
-    (client_home / ".ssh").mkdir(parents=True)
-    shutil.copy(root / "client_key", client_home / ".ssh" / "id_ed25519")
-    (client_home / ".ssh" / "known_hosts").write_text(f"[{REMOTE_ADDRESS}]:{port} {host_key}\n")
     log = root / "sshd.log"
     with log.open("wb") as output:
         process = subprocess.Popen(
             [str(sshd), "-D", "-e", "-f", str(config)], stdout=output, stderr=subprocess.STDOUT
         )
-    host = RemoteHost(port, process, log, python, client_home)
+    host = RemoteHost(port, process, log, python, user)
     deadline = time.monotonic() + 30
     while "Server listening" not in host.sshd_log():
         assert process.poll() is None, f"sshd ended: {host.sshd_log()}"
@@ -112,40 +116,89 @@ def remote_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RemoteHost
         stop(process)
 
 
-@pytest.fixture(scope="module")
-def enterprise_gateway(
-    remote_host: RemoteHost, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Gateway]:
-    jupyter = ROOT / ".venv-eg" / "bin" / "jupyter"
-    assert jupyter.is_file(), "no Enterprise Gateway in .venv-eg: " + FIX
-    root = tmp_path_factory.mktemp("enterprise-gateway")
-    prefix = root / "prefix"
-    subprocess.run(
-        [str(ROOT / ".venv" / "bin" / "sandbox-kernel"), "install", "--enterprise-gateway",
-         "distributed", "--prefix", str(prefix), "--remote-python", str(remote_host.python),
-         "--remote-hosts", REMOTE_ADDRESS, "--kernel-ip", REMOTE_ADDRESS],
-        check=True, capture_output=True,
-    )  # fmt: skip
-    port = free_port()
-    env = {
-        "PATH": os.environ["PATH"],
-        "HOME": str(remote_host.client_home),
-        "JUPYTER_PATH": str(prefix / "share" / "jupyter"),
-        "EG_REMOTE_USER": REMOTE_USER,
-        "EG_SSH_PORT": str(remote_host.port),
-        "EG_RESPONSE_IP": "127.0.0.1",
-        "EG_RESPONSE_PORT": str(free_port()),
-        "EG_KERNEL_LAUNCH_TIMEOUT": "120",
-    }
-    command = [
-        str(jupyter), "enterprisegateway", "--ip=127.0.0.1", f"--port={port}",
-        "--port_retries=0", f"--EnterpriseGatewayApp.auth_token={TOKEN}",
-    ]  # fmt: skip
-    gateway = serve_gateway(command, root, port, env, "Enterprise Gateway")
+@contextlib.contextmanager
+def _staged_package(user: pwd.struct_passwd) -> Iterator[str]:
+    """This checkout as the recipe's PACKAGE: its sources copied where the remote user reads
+    them (the work tree, or the last commit with SANDBOX_KERNEL_RECIPE_SOURCE=HEAD)."""
+    stage = Path(tempfile.mkdtemp(prefix="eg-recipe-package-"))
     try:
+        parts = ["pyproject.toml", "README.md", "LICENSE", "sandbox_kernel"]
+        if os.environ.get("SANDBOX_KERNEL_RECIPE_SOURCE") == "HEAD":
+            archive = subprocess.run(
+                ["git", "-C", str(ROOT), "archive", "HEAD", *parts], check=True,
+                capture_output=True,
+            ).stdout  # fmt: skip
+            subprocess.run(["tar", "-x", "-C", str(stage)], input=archive, check=True)
+        else:
+            for part in parts:
+                source = ROOT / part
+                if source.is_dir():
+                    ignore = shutil.ignore_patterns("__pycache__")
+                    shutil.copytree(source, stage / part, ignore=ignore)
+                else:
+                    shutil.copy(source, stage / part)
+        stage.chmod(0o755)
+        subprocess.run(["chown", "-R", f"{user.pw_uid}:{user.pw_gid}", str(stage)], check=True)
+        yield f"{stage}[enterprise-gateway]"
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+
+
+@dataclass
+class Recipe:
+    """The hosts as the recipe left them: the settings, the environments of each host."""
+
+    settings: dict[str, str]
+    gateway_env: dict[str, str]
+    root: Path
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.settings['GATEWAY_IP']}:{self.settings['GATEWAY_PORT']}"
+
+
+@pytest.fixture(scope="module")
+def recipe(remote_host: RemoteHost, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Recipe]:
+    """docs/install.md's steps 1 to 4, its blocks run as written."""
+    eg_venv = ROOT / ".venv-eg"
+    assert (eg_venv / "bin" / "jupyter").is_file(), "no Enterprise Gateway in .venv-eg: " + FIX
+    root = tmp_path_factory.mktemp("recipe")
+    gateway_home = root / "gateway-home"  # the gateway's user: nothing in ~/.ssh yet
+    gateway_home.mkdir()
+    with _staged_package(remote_host.user) as package:
+        settings = {
+            "KERNEL_HOST": REMOTE_ADDRESS, "SSH_PORT": str(remote_host.port),
+            "KERNEL_USER": REMOTE_USER, "KERNEL_PYTHON": str(remote_host.python),
+            "GATEWAY_IP": "127.0.0.1", "GATEWAY_PORT": str(free_port()),
+            "RESPONSE_PORT": str(free_port()), "EG_VENV": str(eg_venv), "PACKAGE": package,
+            "TOKEN": TOKEN, "KERNEL_USERNAME": CLIENT["KERNEL_USERNAME"],
+        }  # fmt: skip
+        assert set(settings) == settings_names(), "the docs' settings changed: set them here"
+        base = {"LANG": "C.UTF-8", **settings}
+        kernel_host = {**base, "PATH": SYSTEM_PATH, "HOME": "/root"}
+        gateway_env = {**base, "PATH": f"{ROOT / '.venv' / 'bin'}:{SYSTEM_PATH}",
+                       "HOME": str(gateway_home)}  # fmt: skip
+        run_block("kernel-host", kernel_host, Path("/"))
+    printed = run_block("gateway-ssh", gateway_env, root).stdout.strip().splitlines()
+    run_block("kernel-host-key", {**kernel_host, "GATEWAY_KEY": printed[-1]}, Path("/"))
+    run_block("gateway-spec", gateway_env, root)
+    yield Recipe(settings, gateway_env, root)
+
+
+@pytest.fixture(scope="module")
+def enterprise_gateway(recipe: Recipe) -> Iterator[Gateway]:
+    """docs/install.md's gateway, started by its `gateway-start` block."""
+    log = recipe.root / "gateway.log"
+    process = start_block("gateway-start", recipe.gateway_env, recipe.root, log)
+    gateway = Gateway(recipe.url, process, log, token=TOKEN)
+    try:
+        wait_until_up(
+            lambda: gateway.api("GET", "/api/kernelspecs").status_code == 200, process, log,
+            "Enterprise Gateway",
+        )  # fmt: skip
         yield gateway
     finally:
-        gateway.stop()
+        stop_group(process)
 
 
 def _remote_kernel_pids() -> dict[int, int]:
@@ -214,3 +267,69 @@ def test_interrupt_and_restart_through_enterprise_gateway(enterprise_gateway: Ga
     while _remote_kernel_pids() and time.monotonic() < deadline:
         time.sleep(0.2)
     assert _remote_kernel_pids() == {}, "shutting the kernel down ends it on the remote host"
+
+
+def _kernel_processes(python: Path) -> list[int]:
+    """The remote kernels' Python processes (not a shell that started one)."""
+    found = []
+    for pid in processes_mentioning("sandbox_kernel.kernel.remote"):
+        with contextlib.suppress(OSError):
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            if argv[0].decode() == str(python):
+                found.append(pid)
+    return found
+
+
+def _runtime_root(user: pwd.struct_passwd) -> Path:
+    return Path(tempfile.gettempdir()) / f"sandbox-kernel-{user.pw_uid}"
+
+
+def test_the_recipe_checks_the_gateway_and_a_kernel_starts_without_a_warning(
+    enterprise_gateway: Gateway, recipe: Recipe, remote_host: RemoteHost
+) -> None:
+    before = set(_kernel_processes(remote_host.python))
+    checked = run_block("gateway-check", recipe.gateway_env, recipe.root, timeout=300)
+    assert f"lists {SPEC}" in checked.stdout, checked.stdout
+    kernel_id = json.loads(checked.stdout.strip().splitlines()[-1])["id"]
+    kernel = enterprise_gateway.connect(kernel_id)
+    try:
+        first = kernel.execute("import os\nos.getcwd()")
+        assert first.result() == "'/app'", first.describe()
+        said = json.dumps([output.content for output in first.outputs])
+        assert "[sandbox]" not in said and "notebook's folder" not in said, said
+        listed = enterprise_gateway.api("GET", "/api/kernels")
+        assert kernel_id in {k["id"] for k in listed.json()}, "jupyter server --gateway-url lists"
+        (pid,) = set(_kernel_processes(remote_host.python)) - before
+        folder = Path(os.readlink(f"/proc/{pid}/cwd"))
+        assert folder.parent == _runtime_root(remote_host.user), folder
+        assert folder.name.startswith(f"kernel-{pid}-") and folder.stat().st_mode & 0o077 == 0
+    finally:
+        kernel.close()
+        enterprise_gateway.api("DELETE", f"/api/kernels/{kernel_id}")
+
+
+def test_a_killed_remote_kernels_folders_are_gone_after_the_next_start(
+    enterprise_gateway: Gateway, remote_host: RemoteHost
+) -> None:
+    before = set(_kernel_processes(remote_host.python))
+    kernel_id = enterprise_gateway.start_kernel(SPEC, CLIENT)
+    kernel = enterprise_gateway.connect(kernel_id)
+    try:
+        kernel.execute("open('/tmp/scratch.txt', 'w').write('x')")  # the session's /tmp
+        (pid,) = set(_kernel_processes(remote_host.python)) - before
+        folder = Path(os.readlink(f"/proc/{pid}/cwd"))
+        held = sorted(entry.name.split("-")[2] for entry in folder.glob("sandbox-kernel-*-*"))
+        assert held == ["data", "repl"], f"the kernel's temporary folders: {held}"
+        os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert folder.is_dir(), "a killed kernel cannot clean up after itself"
+    finally:
+        kernel.close()
+        enterprise_gateway.api("DELETE", f"/api/kernels/{kernel_id}")
+    next_id = enterprise_gateway.start_kernel(SPEC, CLIENT)
+    try:
+        assert not folder.exists(), "the next kernel's start removed the killed kernel's folder"
+    finally:
+        enterprise_gateway.api("DELETE", f"/api/kernels/{next_id}")
