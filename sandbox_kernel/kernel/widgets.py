@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from sandbox_kernel.kernel.firewall import OutputFirewall
+from sandbox_kernel.kernel.sanitize import clean_svg
 from sandbox_kernel.kernel.widget_rules import MEDIA_MODELS, MODULES
 from sandbox_kernel.kernel.widget_state import (
     Model,
@@ -47,7 +48,13 @@ __all__ = ["ALLOWED_MODULES", "AdmittedComm", "WidgetFirewall"]
 ALLOWED_MODULES: Final = MODULES
 WIDGET_TARGET, CONTROL_TARGET = "jupyter.widget", "jupyter.widget.control"
 MAX_MODELS: Final = 100_000  # comms remembered; a flood past it is refused
-_BYTES_PATHS: Final = {name: ("value",) for name in MEDIA_MODELS}
+# ipympl's canvas messages (handle_<type> in its model) and the formats it may download.
+FIGURE_MESSAGES: Final = frozenset(
+    {"save", "resize", "rubberband", "draw", "binary", "history_buttons", "navigate_mode"}
+)
+SAVE_FORMATS: Final = frozenset(
+    {"png", "jpg", "jpeg", "pdf", "svg", "eps", "ps", "tif", "tiff", "pgf", "raw", "rgba", "webp"}
+)
 
 
 @dataclass
@@ -86,7 +93,10 @@ class WidgetFirewall:
         data = content.get("data")
         removed: list[str] = []
         if isinstance(data, dict):
-            cleaned = self._data(comm_id, dict(data), buffers, removed)
+            try:
+                cleaned = self._data(comm_id, dict(data), buffers, removed)
+            except _DroppedMessage:  # this message alone: the model stays as it was
+                return None, removed
             if cleaned is None:
                 self._models.pop(comm_id, None)
                 return None, removed
@@ -143,7 +153,9 @@ class WidgetFirewall:
             data["state"] = self._state(model, dict(state), removed, () in paths)
             data["buffer_paths"] = paths.get((), [])
             return data, buffers
-        return data, buffers  # "custom": a library's own message (ipympl's frames)
+        if method == "custom" and model.name == "MPLCanvasModel":
+            return _figure_message(data, buffers, removed)
+        return data, buffers  # "custom": controls' views only focus or blur on one
 
     def _control_states(
         self, data: dict[str, Any], states: dict[str, Any], buffers: list[bytes], removed: list[str]
@@ -246,6 +258,40 @@ class WidgetFirewall:
                 "traceback": [str(line) for line in _lines(output.get("traceback"))],
             }
         return {"output_type": "stream", "name": "stdout", "text": ""}
+
+
+class _DroppedMessage(Exception):
+    """A message dropped alone (its comm's model is unchanged)."""
+
+
+def _figure_message(
+    data: dict[str, Any], buffers: list[bytes], removed: list[str]
+) -> tuple[dict[str, Any], list[bytes]]:
+    """An ipympl canvas's own message: the page calls `handle_<type>` on the model, so only
+    ipympl's types pass; a "save" downloads its buffer as `<label>.<format>`, so only
+    matplotlib's formats, and an SVG sanitized as an SVG output is."""
+    content = data.get("content")
+    raw = content.get("data") if isinstance(content, dict) else None
+    try:
+        message = json.loads(raw) if isinstance(raw, str) else None
+    except ValueError:
+        message = None
+    kind = message.get("type") if isinstance(message, dict) else None
+    if kind not in FIGURE_MESSAGES:
+        removed.append(f"a figure message of type {str(kind)[:40]!r}")
+        raise _DroppedMessage
+    if kind != "save":
+        return data, buffers
+    assert isinstance(message, dict)
+    format_ = message.get("format") or "png"
+    if format_ not in SAVE_FORMATS:
+        removed.append(f"a figure download as {str(format_)[:40]!r}")
+        raise _DroppedMessage
+    if format_ == "svg" and buffers:
+        cleaned = clean_svg(bytes(buffers[0]).decode("utf-8", "replace"))
+        removed.extend(f"{reason} in a figure's SVG download" for reason in cleaned.removed)
+        buffers = [cleaned.text.encode(), *buffers[1:]]
+    return data, buffers
 
 
 def _owner(

@@ -281,3 +281,25 @@ def test_a_module_version_that_is_not_a_specifier_is_refused(
     assert "not a version specifier" in made.stream("stderr"), made.describe()
     fine = kernel.run_ok("w.IntSlider(_model_module_version='^2.0.0')")
     assert "IntSliderModel" in _comms(fine) and NOTE not in fine.stream("stderr")
+
+
+def test_a_figure_takes_only_ipympls_own_messages(kernel: RunningKernel) -> None:
+    """ipympl's page calls `handle_<type>` for a canvas message and downloads a "save"'s
+    buffer as `<label>.<format>`: only its types and matplotlib's formats pass."""
+    kernel.run_ok(
+        "%matplotlib widget\nimport json, matplotlib.pyplot as plt\nfig, ax = plt.subplots()\n"
+        "ax.plot([1, 2]);"
+    )
+    odd = kernel.run_ok(
+        "fig.canvas.send({'data': json.dumps({'type': 'save', 'format': 'html'})}, "
+        "buffers=[b'<script>window.top.__pwned=1</script>'])\n"
+        "fig.canvas.send({'data': json.dumps({'type': 'constructor'})})"
+    )
+    sent = repr([o.content for o in odd.of_type("comm_msg")])  # a "draw" may come on its own
+    assert "save" not in sent and "constructor" not in sent, odd.describe()
+    assert "figure download as 'html'" in odd.stream("stderr"), odd.describe()
+    assert "figure message of type 'constructor'" in odd.stream("stderr"), odd.describe()
+    saved = kernel.run_ok("fig.canvas.download()")
+    assert [o for o in saved.of_type("comm_msg") if o.content["data"].get("method") == "custom"]
+    assert NOTE not in saved.stream("stderr"), saved.describe()
+    kernel.run_ok("plt.close('all')\n%matplotlib inline")
