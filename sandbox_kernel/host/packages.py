@@ -14,27 +14,34 @@ controls.
 A requirement is parsed into a closed form and handed to pip as a canonical name (only letters,
 digits and '-'), its extras and its version specifier: nothing pip could read as a file, an
 archive, a folder or a URL. pip runs isolated from everything of the user's (`python -I -m pip
---isolated`, no configuration file, no PIP_* variable, an empty private working folder, no
-cache), so no local archive, pip.conf, constraint file or environment can change what it does.
-Every pip run is bounded by the cell's deadline and ended by an interrupt (`stop`); a request
-is bounded in wheels and bytes; what pip says reaches the guest without host paths. A package
-with compiled code has no such wheel: it is refused with that reason.
+--isolated`, no configuration file, no PIP_* variable, an empty private working folder, no cache),
+so no local archive, pip.conf, constraint file or environment can change what it does. Every pip
+run is bounded by the cell's deadline and ended by an interrupt (`stop`); a request is bounded in
+wheels and bytes; what pip says reaches the guest without host paths. The bytes are capped while
+pip downloads, not after: pip writes its downloads into the run's private folder, which is measured
+at every poll (pip is ended as soon as it holds more than what is left of the request's limit), and
+no file pip writes can grow past that (RLIMIT_FSIZE on pip's process). A wheel is then hashed in
+pieces: a download is never read whole into this process. A package with compiled code has no such
+wheel: it is refused with that reason.
 
 Must not import: wasmtime, anything Jupyter.
 """
 
 from __future__ import annotations
 
+import contextlib
 import email.parser
 import hashlib
 import os
 import re
+import resource
+import stat
 import subprocess
 import sys
 import tempfile
 import time
 import zipfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from email.message import Message
 from pathlib import Path
 
@@ -201,14 +208,11 @@ class WheelFetcher:
                 raise PackageError(f"%pip install would bring more than {MAX_WHEELS} packages")
             extras_of = {name: tuple(req.extras) for name, req in wanted.items()}
             pending = []
-            for record, metadata in self._download(list(wanted.values())):
+            for record, metadata in self._download(list(wanted.values()), total):
                 name = canonicalize_name(record.name)
                 total += record.size
                 if total > self.max_bytes:
-                    raise PackageError(
-                        f"the packages come to more than {self.max_bytes:,} bytes, this "
-                        "session's limit for one %pip install"
-                    )
+                    raise self._over_limit()
                 chosen[name] = record
                 order.append(name)
                 if not request.no_deps:
@@ -241,21 +245,36 @@ class WheelFetcher:
             "the sandbox image, which a session cannot replace"
         )
 
-    def _download(self, requirements: list[Requirement]) -> list[tuple[WheelRecord, Message]]:
-        """One pip run for one level of requirements: each gets a pure-Python wheel or the
-        whole request is refused with the reason."""
+    def _over_limit(self) -> PackageError:
+        return PackageError(
+            f"the packages come to more than {self.max_bytes:,} bytes, this session's limit "
+            "for one %pip install"
+        )
+
+    def _download(
+        self, requirements: list[Requirement], used_bytes: int
+    ) -> list[tuple[WheelRecord, Message]]:
+        """One pip run for one level of requirements (`used_bytes` already fetched): each gets
+        a pure-Python wheel or the whole request is refused with the reason."""
         for requirement in requirements:
             self.log(f"Collecting {requirement}")
-        before = {path.name for path in self.folder.glob("*.whl")}
-        self._pip(
-            "download", "--no-deps", "--only-binary=:all:", "--platform", "any",
-            "--implementation", "py", "--abi", "none", "--python-version", self.python_version,
-            "--dest", str(self.folder), "--", *[_for_pip(req) for req in requirements],
-        )  # fmt: skip
+        before = {path.name for path in self.folder.iterdir()}
+        budget = self.max_bytes - used_bytes
+        try:
+            self._pip(
+                "download", "--no-deps", "--only-binary=:all:", "--platform", "any",
+                "--implementation", "py", "--abi", "none", "--python-version",
+                self.python_version, "--dest", str(self.folder), "--",
+                *[_for_pip(req) for req in requirements], budget_bytes=budget,
+            )  # fmt: skip
+            new = sorted(path for path in self.folder.iterdir() if path.name not in before)
+            if _bytes_in(new) > budget:  # before a byte of them is read here
+                raise self._over_limit()
+        except PackageError:
+            _remove(path for path in self.folder.iterdir() if path.name not in before)
+            raise
         fetched: dict[str, tuple[WheelRecord, Message]] = {}
-        for path in sorted(self.folder.glob("*.whl")):
-            if path.name in before:
-                continue
+        for path in new:
             record, metadata = _inspect(path)
             fetched[canonicalize_name(record.name)] = (record, metadata)
             self.log(f"  Downloaded {path.name} ({_size(record.size)}, sha256 {record.sha256})")
@@ -264,17 +283,27 @@ class WheelFetcher:
             raise PackageError(f"pip brought no wheel for {', '.join(missing)}")
         return list(fetched.values())
 
-    def _pip(self, *args: str) -> None:
+    def _pip(self, *args: str, budget_bytes: int) -> None:
         """Run the host's pip, isolated from the user's files and settings, in an empty private
-        folder, ending it at the deadline or on an interrupt."""
+        folder, ending it at the deadline, on an interrupt, or once its downloads (in that
+        folder and in ours) come to more than `budget_bytes`."""
         command = [
             sys.executable, "-I", "-m", "pip", "--isolated", "--disable-pip-version-check",
             "--no-input", "--quiet", *args[:1], "--progress-bar", "off", "--no-cache-dir",
             "--index-url", self.index_url, *args[1:],
         ]  # fmt: skip
         with tempfile.TemporaryDirectory(prefix="sandbox-kernel-pip-") as private:
+            scratch = Path(private) / "tmp"  # pip downloads here first (TMPDIR), then copies
+            scratch.mkdir()
             env = {name: os.environ[name] for name in _PROXY_VARIABLES if name in os.environ}
             env.update(PATH=os.defpath, HOME=private, PIP_CONFIG_FILE=os.devnull, LC_ALL="C")
+            env.update(TMPDIR=str(scratch))
+            before = {path.name for path in self.folder.iterdir()}
+
+            def held() -> int:  # pip copies its downloads here at the end: not twice
+                ours = (p for p in self.folder.iterdir() if p.name not in before)
+                return max(_bytes_in(_files_under(scratch)), _bytes_in(ours))
+
             with subprocess.Popen(
                 command,
                 cwd=private,
@@ -283,18 +312,25 @@ class WheelFetcher:
                 stderr=subprocess.PIPE,
                 stdin=subprocess.DEVNULL,
             ) as process:
-                err = self._wait(process)
+                _limit_file_size(process.pid, budget_bytes + 1)
+                err = self._wait(process, lambda: held() > budget_bytes)
+        said = err.decode(errors="replace")
+        if process.returncode != 0 and "[Errno 27]" in said:  # EFBIG: the file-size limit
+            raise self._over_limit()
         if process.returncode != 0:
-            raise PackageError(self._refusal(err.decode(errors="replace")))
+            raise PackageError(self._refusal(said))
 
-    def _wait(self, process: subprocess.Popen[bytes]) -> bytes:
+    def _wait(self, process: subprocess.Popen[bytes], over: Callable[[], bool]) -> bytes:
         while True:
             try:
                 return process.communicate(timeout=_POLL_SECONDS)[1]
             except subprocess.TimeoutExpired:
-                if self.stop() or time.monotonic() >= self.deadline:
+                stopped = self.stop() or time.monotonic() >= self.deadline
+                if stopped or over():
                     process.kill()
                     process.communicate()
+                    if not stopped:
+                        raise self._over_limit() from None
                     raise PackageError(
                         "%pip install was stopped (an interrupt or the cell's time limit)"
                     ) from None
@@ -351,7 +387,6 @@ def _inspect(path: Path) -> tuple[WheelRecord, Message]:
     a pure-Python wheel is refused here too, whatever pip was told."""
     if not path.name.endswith("-none-any.whl"):
         raise PackageError(f"{path.name} is not a pure-Python wheel")
-    data = path.read_bytes()
     try:
         with zipfile.ZipFile(path) as wheel:
             names = [n for n in wheel.namelist() if n.count("/") == 1]
@@ -371,10 +406,51 @@ def _inspect(path: Path) -> tuple[WheelRecord, Message]:
         name=name,
         version=version,
         filename=path.name,
-        sha256=hashlib.sha256(data).hexdigest(),
-        size=len(data),
+        sha256=_sha256(path),
+        size=path.stat().st_size,
     )
     return record, metadata
+
+
+def _sha256(path: Path) -> str:
+    """The file's SHA-256, read in pieces (a wheel may be up to the session's limit)."""
+    with path.open("rb") as file:
+        return hashlib.file_digest(file, "sha256").hexdigest()
+
+
+def _bytes_in(paths: Iterable[Path]) -> int:
+    """The bytes of the regular files among `paths` (one that vanishes meanwhile counts 0)."""
+    total = 0
+    for path in paths:
+        try:
+            status = path.lstat()
+        except OSError:
+            continue
+        if stat.S_ISREG(status.st_mode):
+            total += status.st_size
+    return total
+
+
+def _files_under(folder: Path) -> Iterator[Path]:
+    """Every file beneath `folder`, as pip leaves it now: os.walk skips a folder pip removes
+    while it is read (Path.rglob raises FileNotFoundError), and follows no link."""
+    for parent, _, names in os.walk(folder):
+        for name in names:
+            yield Path(parent, name)
+
+
+def _remove(paths: Iterable[Path]) -> None:
+    """What a refused pip run left in the wheel folder (pip writes only files there)."""
+    for path in paths:
+        path.unlink(missing_ok=True)
+
+
+def _limit_file_size(pid: int, max_bytes: int) -> None:
+    """No file pip writes grows past `max_bytes` (its write fails with EFBIG). Set at once on
+    the started process (pip imports for a few hundred ms before it opens a connection), as
+    preexec_fn is unsafe in this threaded process; the folder's polling caps it regardless."""
+    with contextlib.suppress(ProcessLookupError):
+        resource.prlimit(pid, resource.RLIMIT_FSIZE, (max_bytes, max_bytes))
 
 
 def _size(n: int) -> str:

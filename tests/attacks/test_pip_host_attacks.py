@@ -12,11 +12,18 @@ from __future__ import annotations
 
 import base64
 import io
+import json
+import os
+import subprocess
+import sys
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from sandbox_kernel.core.policy import ExecutionPolicy
 from sandbox_kernel.host import guest_library
@@ -25,6 +32,7 @@ from sandbox_kernel.host.packages import PackageError, parse_pip_args
 from sandbox_kernel.repl import REPLConfig, ReplSandbox
 from tests.package_index import PackageIndex
 
+REPO = Path(__file__).resolve().parents[2]
 POLICY = ExecutionPolicy(fuel_budget=200_000_000_000, timeout_seconds=60)
 
 
@@ -219,3 +227,79 @@ def test_requirements_reach_pip_in_a_closed_form() -> None:
     """Whatever the spelling, pip is given a canonical name: letters, digits and '-'."""
     request = parse_pip_args(["Some_Pkg.Name[Extra_One]>=1.0; python_version >= '3'"])
     assert request.requirements == ('some-pkg-name[extra-one]>=1.0; python_version >= "3"',)
+
+
+# -- a wheel over the limit (issue 47, item 10) ------------------------------------------------
+
+MiB = 1024 * 1024
+CAP_BYTES = 100 * MiB  # REPLConfig.max_package_bytes' default
+HUGE_BYTES = 400 * MiB
+
+
+def probe(index: PackageIndex, folder: Path, max_bytes: int, *specs: str) -> dict[str, Any]:
+    """WheelFetcher.resolve in a process of its own (tests/attacks/pip_memory_probe.py)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.attacks.pip_memory_probe", index.url, str(folder),
+         str(max_bytes), *specs],
+        capture_output=True, text=True, timeout=600, cwd=REPO, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    report: dict[str, Any] = json.loads(done.stdout.splitlines()[-1])
+    return report
+
+
+@pytest.fixture(scope="module")
+def huge_index() -> Iterator[PackageIndex]:
+    index = PackageIndex()
+    index.add_big("hugewheel", "1.0", HUGE_BYTES)
+    index.add("needshuge", "1.0", {"needshuge.py": ""}, requires=["hugewheel"])
+    with index:
+        yield index
+
+
+@pytest.mark.parametrize("spec", ["hugewheel", "needshuge"], ids=["asked", "a-dependency"])
+def test_a_wheel_over_the_limit_is_refused_while_it_downloads(
+    huge_index: PackageIndex, tmp_path: Path, spec: str
+) -> None:
+    """The host never holds the wheel: its peak memory and pip's stay far below the wheel's
+    size, and no more than the limit (and a poll's worth) reaches the disk."""
+    report = probe(huge_index, tmp_path / "wheels", CAP_BYTES, spec)
+    assert report["error"] is not None and "limit for one %pip install" in report["error"], report
+    assert str(CAP_BYTES) in report["error"].replace(",", ""), report
+    grown_mib = (report["peak_kib"] - report["peak_before_kib"]) / 1024
+    assert grown_mib < 50, f"the host grew by {grown_mib:.0f} MiB: {report}"
+    assert report["children_peak_kib"] / 1024 < 300, f"pip held the wheel: {report}"
+    assert report["folder_bytes"] < MiB, "a refused download is not left in the host's folder"
+
+
+@settings(
+    max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    sizes=st.lists(st.integers(min_value=1, max_value=96), min_size=1, max_size=3),
+    cap_kib=st.integers(min_value=16, max_value=160),
+)
+def test_the_limit_holds_for_any_sizes_across_dependencies(
+    tmp_path_factory: pytest.TempPathFactory, sizes: list[int], cap_kib: int
+) -> None:
+    """A chain of wheels (each requires the next) of `sizes` KiB of incompressible data: the
+    install is refused exactly when the wheels come to more than the cap, whatever level the
+    wheel that passes it is on."""
+    index = PackageIndex()
+    names = [f"chain{n}" for n in range(len(sizes))]
+    total = 0
+    for n, (name, kib) in enumerate(zip(names, sizes, strict=True)):
+        requires = names[n + 1 : n + 2]
+        filename = index.add(
+            name, "1.0", {f"{name}.bin": os.urandom(kib * 1024)}, requires=requires
+        )
+        total += len(index.files[filename])
+    folder = tmp_path_factory.mktemp("wheels")
+    with index:
+        report = probe(index, folder, cap_kib * 1024, names[0])
+    if total > cap_kib * 1024:
+        assert report["error"] is not None and "limit" in report["error"], (total, report)
+    else:
+        assert report["error"] is None, (total, report)
+        assert sum(w["size"] for w in report["wheels"]) == total

@@ -16,6 +16,8 @@ from tests.kernel.conftest import RunningKernel, start_kernel
 from tests.package_index import PackageIndex
 
 RESTART_NOTE = "Note: you may need to restart the kernel to use updated packages."
+MiB = 1024 * 1024
+HUGE_BYTES = 400 * MiB
 
 
 def make_index() -> PackageIndex:
@@ -32,6 +34,7 @@ def make_index() -> PackageIndex:
         "fastmath", "1.0", {"fastmath/__init__.py": ""}, tag="cp311-cp311-manylinux_2_17_x86_64"
     )
     index.add("oldnumpy-user", "1.0", {"oldnumpy_user.py": ""}, requires=["numpy<1"])
+    index.add_big("hugewheel", "1.0", HUGE_BYTES)  # a valid wheel, 4x the session's limit
     return index
 
 
@@ -91,6 +94,29 @@ def test_compiled_package_is_refused_with_the_reason(pip_kernel: RunningKernel) 
     assert "ERROR: no pure-Python wheel of fastmath" in err
     assert "compiled code" in err
     assert pip_kernel.run("import fastmath").reply["ename"] == "ModuleNotFoundError"
+
+
+def peak_rss_mib(pid: int) -> float:
+    """The process's peak resident memory so far (VmHWM)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError(f"no VmHWM for {pid}")
+
+
+def test_a_wheel_over_the_limit_is_refused_without_being_held(pip_kernel: RunningKernel) -> None:
+    """Issue 47, item 10: the 400 MiB wheel was downloaded whole and read into the kernel
+    (+400 MB) before the 100 MiB limit refused it. Now the download is cut at the limit."""
+    pip_kernel.run_ok("1")
+    before = peak_rss_mib(pip_kernel.pid)
+    done = pip_kernel.run("%pip install hugewheel", timeout=300)
+    assert done.status == "ok", done.describe()  # as pip's errors under ipykernel
+    err = done.stream("stderr")
+    assert "ERROR: the packages come to more than 104,857,600 bytes" in err, err
+    assert "limit for one %pip install" in err
+    grown = peak_rss_mib(pip_kernel.pid) - before
+    assert grown < 100, f"the kernel's peak memory grew by {grown:.0f} MiB"
+    assert pip_kernel.run("import hugewheel").reply["ename"] == "ModuleNotFoundError"
 
 
 def test_the_image_packages_are_kept(pip_kernel: RunningKernel) -> None:
