@@ -309,6 +309,45 @@ def test_no_widget_state_makes_the_page_unsafe(data: st.DataObject) -> None:
         content = {"comm_id": comm_id, "data": {"method": "update", "state": update,
                    "buffer_paths": [p for p, _ in kept]}}  # fmt: skip
         _send(firewall, page, _message("comm_msg", content, [b for _, b in kept]))
+    if data.draw(st.booleans(), label="control"):
+        _control_states(firewall, page, data, ids)
+
+
+def _control_states(
+    firewall: WidgetFirewall, page: Page, data: st.DataObject, ids: list[str]
+) -> None:
+    """The control comm's answer to a reconnecting page: every model's full state at once
+    (ids the page knows and new ones), which the page makes its models from."""
+    control = {"comm_id": "control", "target_name": "jupyter.widget.control", "data": {}}
+    assert firewall.admit(_message("comm_open", control, []))[0] is not None
+    states: dict[str, Any] = {}
+    paths: list[list[Any]] = []
+    buffers: list[bytes] = []
+    for model_id in data.draw(st.lists(st.sampled_from([*ids, "fresh"]), max_size=3)):
+        state, own_paths, own_buffers = data.draw(_state(ids), label="control state")
+        states[model_id] = {"model_name": state.get("_model_name"),
+                            "model_module": state.get("_model_module"),
+                            "model_module_version": state.get("_model_module_version"),
+                            "state": state}  # fmt: skip
+        paths += [[model_id, "state", *p] for p in own_paths]
+        buffers += own_buffers
+    content = {"comm_id": "control", "data": {"method": "update_states", "states": states,
+               "buffer_paths": paths}}  # fmt: skip
+    admitted, _ = firewall.admit(_message("comm_msg", content, buffers))
+    if admitted is not None:
+        data_out = admitted.content["data"]
+        for model_id, entry in data_out["states"].items():
+            state = dict(entry["state"])
+            for path, buffer in zip(data_out["buffer_paths"], admitted.buffers, strict=True):
+                if path[0] == model_id:
+                    target: Any = state
+                    for step in path[2:-1]:
+                        target = target[step]
+                    target[path[-1]] = bytes(buffer)
+            state.setdefault("_model_name", entry["model_name"])
+            state.setdefault("_model_module", entry["model_module"])
+            page.models[model_id] = state
+    page.assert_inert()
 
 
 def test_the_pairs_are_what_the_packages_declare() -> None:
