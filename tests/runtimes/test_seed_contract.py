@@ -225,3 +225,29 @@ def test_the_daemons_open_takes_the_specifications_names(tmp_path: Path, workspa
     assert answers[0] is not None and answers[0]["op"] == "ready", answers[0]
     assert answers[1] is not None and answers[1]["op"] == "error", answers[1]
     assert "disagree" in answers[1]["message"]
+
+
+def test_the_specifications_session_scenarios(workspace: Path) -> None:
+    """seeds/004 in Python's spelling: initialize(context) binds `context`; execute returns
+    stdout, stderr, error and duration; get_variable gives a value back, None for a missing
+    one; on_stdout and on_stderr hear each line; cancel() when idle is harmless; destroy()."""
+    lines: list[tuple[str, str]] = []
+    config = REPLConfig(
+        workspace=workspace,
+        timeout=20_000,
+        on_stdout=lambda line: lines.append(("out", line)),
+        on_stderr=lambda line: lines.append(("err", line)),
+    )
+    repl = create_repl(config)
+    repl.initialize("the context")
+    done = repl.execute("import sys\nprint(context)\nprint('e', file=sys.stderr)\nvalue = [1, 2]")
+    assert (done.stdout, done.stderr, done.error) == ("the context\n", "e\n", None)
+    assert done.duration_ms > 0
+    failed = repl.execute("raise ValueError('bad')")
+    assert failed.error is not None and "bad" in failed.error
+    assert repl.get_variable("value") == [1, 2]
+    assert repl.get_variable("missing") is None
+    assert ("out", "the context\n") in lines and ("err", "e\n") in lines
+    repl.cancel()
+    assert repl.execute("value").result == {"text/plain": "[1, 2]"}
+    repl.destroy()
