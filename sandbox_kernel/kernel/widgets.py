@@ -33,7 +33,7 @@ from typing import Any, Final
 
 from sandbox_kernel.kernel.firewall import OutputFirewall
 from sandbox_kernel.kernel.sanitize import clean_svg
-from sandbox_kernel.kernel.widget_rules import MEDIA_MODELS, MODULES
+from sandbox_kernel.kernel.widget_rules import MEDIA_MODELS, MODULES, is_version_range
 from sandbox_kernel.kernel.widget_state import (
     Model,
     clean_state,
@@ -318,5 +318,10 @@ def _lines(value: Any) -> list[Any]:
 
 
 def _plain_metadata(metadata: dict[str, Any]) -> dict[str, Any]:
-    """A comm's metadata: ipywidgets sends its protocol version; scalars only."""
-    return {str(k): v for k, v in metadata.items() if isinstance(v, str | int | float | bool)}
+    """A comm's metadata: ipywidgets sends its protocol version (a version specifier, as a
+    module's); scalars only."""
+    return {
+        str(k): v
+        for k, v in metadata.items()
+        if isinstance(v, str | int | float | bool) and (k != "version" or is_version_range(v))
+    }

@@ -374,3 +374,33 @@ def test_every_default_widget_passes_unchanged(index: int) -> None:
         return
     assert removed == [], (name, removed)
     assert admitted.content["data"]["state"] == state, name
+
+
+@pytest.mark.parametrize(
+    ("version", "accepted"),
+    [
+        ("2.0.0", True), ("^0.12", True), ("~1.5.0", True), (">=1.0.0 <3", True),
+        ("1.x || ^2.0.0-beta.1", True), ("1.2.3 - 2.3.4", True), ("*", True), ("", True),
+        ("^0.11.0/../../evil@1/x.js?", False), ("https://evil.example/x.js#", False),
+        ("2.0.0#x", False), ("@evil/pkg", False), ("1.0.0:x", False), ("1.0.0%2f..", False),
+        ("^1.0.0\n/x", False), ("1" * 80, False), ("../x", False), ("file:x", False),
+    ],
+)  # fmt: skip
+def test_module_versions_are_specifiers_only(version: str, accepted: bool) -> None:
+    """A model's, a view's and a comm's protocol version: a semver range and nothing else."""
+    firewall = WidgetFirewall(OutputFirewall())
+    _, state, paths, buffers = next(s for s in declared()["states"] if s[0] == "IntSlider")
+    for key in ("_model_module_version", "_view_module_version"):
+        content = {"comm_id": f"v-{key}", "target_name": "jupyter.widget",
+                   "data": {"state": {**state, key: version}, "buffer_paths": paths}}  # fmt: skip
+        admitted, _ = firewall.admit(_message("comm_open", content, buffers))
+        assert (admitted is not None) == accepted, (key, version)
+    message = CommMessage(
+        msg_type="comm_open",
+        content={"comm_id": "v-meta", "target_name": "jupyter.widget",
+                 "data": {"state": state, "buffer_paths": paths}},
+        metadata={"version": version},
+        buffers=[base64.b64encode(b) for b in buffers],  # type: ignore[misc]
+    )  # fmt: skip
+    admitted, _ = firewall.admit(message)
+    assert admitted is not None and ("version" in admitted.metadata) == accepted
