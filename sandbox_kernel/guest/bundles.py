@@ -209,6 +209,8 @@ def not_jsonable(obj: object) -> Any:
 
 
 def is_jsonable(value: Any) -> bool:
+    if nested_too_deeply(value):  # never given to the C json module (MAX_NESTING)
+        return False
     try:
         json.dumps(value)
     except (TypeError, ValueError):

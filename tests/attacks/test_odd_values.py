@@ -11,6 +11,7 @@ variables made before all of them.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -279,3 +280,34 @@ def test_session_not_rebuilt(odd_kernel: RunningKernel) -> None:
         odd_kernel.run_ok("type(circular['self']).__name__, len(odd_keys)").result()
         == "('dict', 4)"
     )
+
+
+PLAIN_CELLS = [
+    "Bundle(deep)",
+    "Bundle(deep, 'application/vnd.custom+json')",
+    "MetaBundle(deep)",
+    "MetaBundle({'x': object()})",
+    "display(Bundle(deep))",
+    "display({'application/json': deep}, raw=True)",
+    "display(b'bytes', BadRepr(), ExitRepr(), Bundle(object()))",
+    "BadRepr()",
+    "ExitRepr()",
+    "raise StrExits()",
+    "raise ValueError('\\ud800')",
+    "'\\ud800'",
+    "rlm_query('task', deep)",
+    "llm_query_batched([deep])",
+]
+
+
+@pytest.mark.parametrize("code", PLAIN_CELLS)
+def test_a_plain_session_survives_odd_values(make_repl: Any, code: str) -> None:
+    """A session without IPython (ReplSandbox's default) formats results itself: the same odd
+    values are ordinary outcomes there too, nothing rolled back."""
+    repl = make_repl()
+    assert repl.execute("made_before = [1, 2, 3]").ok
+    assert repl.execute(SETUP).ok
+    done = repl.execute(code)
+    assert not done.rolled_back, (code, done)
+    assert done.status.value in ("ok", "error"), (code, done)
+    assert repl.get_variable("made_before") == [1, 2, 3]
