@@ -178,7 +178,7 @@ def _launcher() -> Check:
         detail = "the launcher cannot encrypt the connection info: no `cryptography`"
         return Check(name="remote launcher", ok=False, detail=detail, fix=fix)
     try:
-        root = user_runtime_root()
+        root = user_runtime_root(create=False)  # the doctor only looks
     except OSError as exc:
         fix = "remove it, or set TMPDIR to a folder of this user's"
         return Check(name="remote launcher", ok=False, detail=str(exc), fix=fix)

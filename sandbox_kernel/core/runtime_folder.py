@@ -108,19 +108,22 @@ def _base(base: Path | None) -> Path:
     return Path(tempfile.gettempdir()) if base is None else base
 
 
-def user_runtime_root(base: Path | None = None) -> Path:
-    """`<base>/sandbox-kernel-<uid>` (base: the temp folder), made 0700 if missing, checked
-    otherwise; RuntimeFolderRefused when it is a link, not a folder or not this user's."""
+def user_runtime_root(base: Path | None = None, *, create: bool = True) -> Path:
+    """`<base>/sandbox-kernel-<uid>` (base: the temp folder), made 0700 if missing (unless not
+    `create`: then only checked when it exists), checked otherwise; RuntimeFolderRefused when
+    it is a link, not a folder or not this user's."""
     uid = os.geteuid()
     root = _base(base) / f"sandbox-kernel-{uid}"
+    if not create and not os.path.lexists(root):
+        return root
     with contextlib.suppress(FileExistsError):
         os.mkdir(root, 0o700)
-    fd = _open_root(root, uid)
+    fd = _open_root(root, uid, repair=create)
     os.close(fd)
     return root
 
 
-def _open_root(root: Path, uid: int) -> int:
+def _open_root(root: Path, uid: int, *, repair: bool = True) -> int:
     try:
         fd = os.open(root, _DIRECTORY_FLAGS)
     except OSError as exc:
@@ -131,7 +134,7 @@ def _open_root(root: Path, uid: int) -> int:
     if info.st_uid != uid:
         os.close(fd)
         raise RuntimeFolderRefused(f"{root} belongs to uid {info.st_uid}, not {uid}: refused")
-    if stat.S_IMODE(info.st_mode) & 0o077:
+    if stat.S_IMODE(info.st_mode) & 0o077 and repair:
         os.fchmod(fd, 0o700)
     return fd
 
