@@ -29,19 +29,15 @@ Must not import: wasmtime, anything Jupyter.
 
 from __future__ import annotations
 
-import contextlib
 import email.parser
-import hashlib
 import os
 import re
-import resource
-import stat
 import subprocess
 import sys
 import tempfile
 import time
 import zipfile
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from email.message import Message
 from pathlib import Path
 
@@ -53,6 +49,14 @@ from pydantic import BaseModel, ConfigDict
 
 from sandbox_kernel.core.errors import SandboxExecutionError
 from sandbox_kernel.core.results import WheelRecord
+from sandbox_kernel.host.pip_bounds import (
+    PipSaid,
+    bytes_in,
+    files_under,
+    limit_file_size,
+    remove,
+    sha256,
+)
 
 __all__ = ["InstalledDist", "PackageError", "PipRequest", "WheelFetcher", "parse_pip_args"]
 
@@ -268,10 +272,10 @@ class WheelFetcher:
                 *[_for_pip(req) for req in requirements], budget_bytes=budget,
             )  # fmt: skip
             new = sorted(path for path in self.folder.iterdir() if path.name not in before)
-            if _bytes_in(new) > budget:  # before a byte of them is read here
+            if bytes_in(new) > budget:  # before a byte of them is read here
                 raise self._over_limit()
         except PackageError:
-            _remove(path for path in self.folder.iterdir() if path.name not in before)
+            remove(path for path in self.folder.iterdir() if path.name not in before)
             raise
         fetched: dict[str, tuple[WheelRecord, Message]] = {}
         for path in new:
@@ -302,7 +306,7 @@ class WheelFetcher:
 
             def held() -> int:  # pip copies its downloads here at the end: not twice
                 ours = (p for p in self.folder.iterdir() if p.name not in before)
-                return max(_bytes_in(_files_under(scratch)), _bytes_in(ours))
+                return max(bytes_in(files_under(scratch)), bytes_in(ours))
 
             with subprocess.Popen(
                 command,
@@ -312,23 +316,28 @@ class WheelFetcher:
                 stderr=subprocess.PIPE,
                 stdin=subprocess.DEVNULL,
             ) as process:
-                _limit_file_size(process.pid, budget_bytes + 1)
-                err = self._wait(process, lambda: held() > budget_bytes)
-        said = err.decode(errors="replace")
+                limit_file_size(process.pid, budget_bytes + 1)
+                assert process.stderr is not None
+                err = PipSaid(process.stderr)
+                try:
+                    self._wait(process, lambda: held() > budget_bytes)
+                finally:
+                    said = err.text()
         if process.returncode != 0 and "[Errno 27]" in said:  # EFBIG: the file-size limit
             raise self._over_limit()
         if process.returncode != 0:
             raise PackageError(self._refusal(said))
 
-    def _wait(self, process: subprocess.Popen[bytes], over: Callable[[], bool]) -> bytes:
+    def _wait(self, process: subprocess.Popen[bytes], over: Callable[[], bool]) -> None:
         while True:
             try:
-                return process.communicate(timeout=_POLL_SECONDS)[1]
+                process.wait(timeout=_POLL_SECONDS)
+                return
             except subprocess.TimeoutExpired:
                 stopped = self.stop() or time.monotonic() >= self.deadline
                 if stopped or over():
                     process.kill()
-                    process.communicate()
+                    process.wait()
                     if not stopped:
                         raise self._over_limit() from None
                     raise PackageError(
@@ -342,7 +351,7 @@ class WheelFetcher:
         if match and versions and versions.group(1).strip() != "none":
             return (
                 f"no usable wheel of {match.group(1)}: the index has versions "
-                f"{versions.group(1).strip()}, but none that fits what was asked (or its "
+                f"{_shorten(versions.group(1).strip())}, but none that fits what was asked (or its "
                 "metadata does not match its name)"
             )
         if match:
@@ -354,8 +363,12 @@ class WheelFetcher:
                 "builds from source; or there is no package of that name"
             )
         lines = [line for line in pip_said.splitlines() if line.startswith("ERROR")]
-        said = " / ".join(lines[-3:]) or pip_said.strip()[-500:]
+        said = " / ".join(_shorten(line) for line in lines[-3:]) or pip_said.strip()[-500:]
         return "pip failed: " + _HOST_PATH.sub("<host path>", said)
+
+
+def _shorten(text: str, max_chars: int = 300) -> str:
+    return text if len(text) <= max_chars else f"{text[: max_chars - 20]} ... {text[-15:]}"
 
 
 def _applies(
@@ -406,51 +419,10 @@ def _inspect(path: Path) -> tuple[WheelRecord, Message]:
         name=name,
         version=version,
         filename=path.name,
-        sha256=_sha256(path),
+        sha256=sha256(path),
         size=path.stat().st_size,
     )
     return record, metadata
-
-
-def _sha256(path: Path) -> str:
-    """The file's SHA-256, read in pieces (a wheel may be up to the session's limit)."""
-    with path.open("rb") as file:
-        return hashlib.file_digest(file, "sha256").hexdigest()
-
-
-def _bytes_in(paths: Iterable[Path]) -> int:
-    """The bytes of the regular files among `paths` (one that vanishes meanwhile counts 0)."""
-    total = 0
-    for path in paths:
-        try:
-            status = path.lstat()
-        except OSError:
-            continue
-        if stat.S_ISREG(status.st_mode):
-            total += status.st_size
-    return total
-
-
-def _files_under(folder: Path) -> Iterator[Path]:
-    """Every file beneath `folder`, as pip leaves it now: os.walk skips a folder pip removes
-    while it is read (Path.rglob raises FileNotFoundError), and follows no link."""
-    for parent, _, names in os.walk(folder):
-        for name in names:
-            yield Path(parent, name)
-
-
-def _remove(paths: Iterable[Path]) -> None:
-    """What a refused pip run left in the wheel folder (pip writes only files there)."""
-    for path in paths:
-        path.unlink(missing_ok=True)
-
-
-def _limit_file_size(pid: int, max_bytes: int) -> None:
-    """No file pip writes grows past `max_bytes` (its write fails with EFBIG). Set at once on
-    the started process (pip imports for a few hundred ms before it opens a connection), as
-    preexec_fn is unsafe in this threaded process; the folder's polling caps it regardless."""
-    with contextlib.suppress(ProcessLookupError):
-        resource.prlimit(pid, resource.RLIMIT_FSIZE, (max_bytes, max_bytes))
 
 
 def _size(n: int) -> str:

@@ -303,3 +303,17 @@ def test_the_limit_holds_for_any_sizes_across_dependencies(
     else:
         assert report["error"] is None, (total, report)
         assert sum(w["size"] for w in report["wheels"]) == total
+
+
+def test_pips_words_are_kept_short_however_many_versions_the_index_lists(tmp_path: Path) -> None:
+    """pip lists every version it saw when none fits: an index decides how long that is. The
+    host keeps 64 KiB of each end of pip's stderr and the cell gets a short reason."""
+    index = PackageIndex()
+    for n in range(12_000):  # listed only: pip downloads none of them
+        index.files[f"manyversions-1.{n}-py3-none-any.whl"] = b""
+    with index:
+        report = probe(index, tmp_path / "wheels", CAP_BYTES, "manyversions==0")
+    error = report["error"]
+    assert error is not None and error.startswith("no usable wheel of manyversions==0"), error
+    assert "1.0, 1.1" in error and "1.11999" in error, error
+    assert len(error) < 600, f"{len(error)} characters"
