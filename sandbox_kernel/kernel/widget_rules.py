@@ -196,7 +196,7 @@ def is_version_range(value: object) -> bool:
 
 # CSS values a field may hold: words, numbers with units, colours, strings, and only the
 # functions that compute a value (no url(), image-set(), image(), element(), attr(), ...).
-_CSS_CHARS = re.compile(r"""[A-Za-z0-9 \t#%.,+\-_/*()'"!]*""")
+_CSS_CHARS = re.compile(r"""[A-Za-z0-9 \t\n\r\f#%.,+\-_/*()'"!]*""")
 _CSS_FUNCTION = re.compile(r"([A-Za-z_-][A-Za-z0-9_-]*)\s*\(")
 CSS_FUNCTIONS: Final = _words(
     """rgb rgba hsl hsla hwb lab lch oklab oklch color color-mix calc min max clamp var

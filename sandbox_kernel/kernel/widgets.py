@@ -123,7 +123,9 @@ class WidgetFirewall:
             return None, [why]
         model = model_of(state)
         removed: list[str] = []
-        paths, buffers = self._buffers({(): model}, data.get("buffer_paths"), buffers, removed)
+        paths, buffers = self._buffers(
+            {(): (model, state)}, data.get("buffer_paths"), buffers, removed
+        )
         state = self._state(model, dict(state), removed, () in paths)
         self._models[comm_id] = model
         content["data"] = {**data, "state": state, "buffer_paths": paths.get((), [])}
@@ -149,7 +151,9 @@ class WidgetFirewall:
             if why is not None:
                 removed.append(why)
                 return None
-            paths, buffers = self._buffers({(): model}, data.get("buffer_paths"), buffers, removed)
+            paths, buffers = self._buffers(
+                {(): (model, state)}, data.get("buffer_paths"), buffers, removed
+            )
             data["state"] = self._state(model, dict(state), removed, () in paths)
             data["buffer_paths"] = paths.get((), [])
             return data, buffers
@@ -162,24 +166,32 @@ class WidgetFirewall:
     ) -> tuple[dict[str, Any], list[bytes]]:
         """The control comm's answer to the page's request_states: every model's state."""
         kept: dict[str, Any] = {}
-        models: dict[tuple[str, ...], Model] = {}
+        models: dict[tuple[str, ...], tuple[Model, dict[str, Any]]] = {}
         for model_id, entry in states.items():
             if not isinstance(entry, dict) or not isinstance(entry.get("state"), dict):
                 continue
-            full = {
+            # The page makes the model from the entry's names and sets the state on it: both
+            # must say the same.
+            named = {
                 "_model_module": entry.get("model_module"),
                 "_model_name": entry.get("model_name"),
                 "_model_module_version": entry.get("model_module_version"),
-                **entry["state"],
             }
-            why = refusal(full) or refusal(full, self._models.get(str(model_id)))
+            full = {**entry["state"], **named}
+            differ = [k for k, v in named.items() if k in entry["state"] and entry["state"][k] != v]
+            why = (
+                f"a widget state whose {', '.join(differ)} differs from its entry's"
+                if differ
+                else refusal(full) or refusal(full, self._models.get(str(model_id)))
+            )
             if why is not None:
                 removed.append(why)
                 continue
-            models[(str(model_id), "state")] = self._models.get(str(model_id)) or model_of(full)
+            model = self._models.get(str(model_id)) or model_of(full)
+            models[(str(model_id), "state")] = (model, entry["state"])
             kept[str(model_id)] = entry
         paths, buffers = self._buffers(models, data.get("buffer_paths"), buffers, removed)
-        for (model_id, _), model in models.items():
+        for (model_id, _), (model, _) in models.items():
             entry = kept[model_id]
             bytes_in = (model_id, "state") in paths
             state = self._state(model, dict(entry["state"]), removed, bytes_in)
@@ -194,7 +206,7 @@ class WidgetFirewall:
 
     def _buffers(
         self,
-        models: dict[tuple[str, ...], Model],
+        models: dict[tuple[str, ...], tuple[Model, dict[str, Any]]],
         paths: Any,
         buffers: list[bytes],
         removed: list[str],
@@ -295,13 +307,14 @@ def _figure_message(
 
 
 def _owner(
-    models: dict[tuple[str, ...], Model], path: Any
+    models: dict[tuple[str, ...], tuple[Model, dict[str, Any]]], path: Any
 ) -> tuple[tuple[str, ...], Model, list[Any]] | None:
     """The model a buffer path leads into and the path within its state, if that is a field
-    of bytes: a media model's value, a FileUpload's value[i].content."""
+    of bytes: a media model's value, a FileUpload's value[i].content (of a file the state
+    lists)."""
     if not isinstance(path, list):
         return None
-    for prefix, model in models.items():
+    for prefix, (model, state) in models.items():
         if [str(p) for p in path[: len(prefix)]] != list(prefix):
             continue
         rest = path[len(prefix) :]
@@ -309,7 +322,9 @@ def _owner(
             return prefix, model, rest
         upload = model.name == "FileUploadModel" and len(rest) == 3 and rest[0] == "value"
         if upload and isinstance(rest[1], int) and rest[2] == "content":
-            return prefix, model, rest
+            files = state.get("value")
+            if isinstance(files, list) and 0 <= rest[1] < len(files):
+                return (prefix, model, rest) if isinstance(files[rest[1]], dict) else None
     return None
 
 

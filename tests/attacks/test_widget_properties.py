@@ -325,8 +325,9 @@ def _control_states(
     buffers: list[bytes] = []
     for model_id in data.draw(st.lists(st.sampled_from([*ids, "fresh"]), max_size=3)):
         state, own_paths, own_buffers = data.draw(_state(ids), label="control state")
-        states[model_id] = {"model_name": state.get("_model_name"),
-                            "model_module": state.get("_model_module"),
+        named = state if data.draw(st.booleans()) else data.draw(_state(ids))[0]
+        states[model_id] = {"model_name": named.get("_model_name"),
+                            "model_module": named.get("_model_module"),
                             "model_module_version": state.get("_model_module_version"),
                             "state": state}  # fmt: skip
         paths += [[model_id, "state", *p] for p in own_paths]
@@ -344,8 +345,12 @@ def _control_states(
                     for step in path[2:-1]:
                         target = target[step]
                     target[path[-1]] = bytes(buffer)
-            state.setdefault("_model_name", entry["model_name"])
-            state.setdefault("_model_module", entry["model_module"])
+            # The page makes the model's class from the entry's names, then sets the state.
+            for key, named_key in (
+                ("_model_name", "model_name"),
+                ("_model_module", "model_module"),
+            ):
+                assert state.setdefault(key, entry[named_key]) == entry[named_key], (entry, state)
             page.models[model_id] = state
     page.assert_inert()
 
@@ -404,3 +409,22 @@ def test_module_versions_are_specifiers_only(version: str, accepted: bool) -> No
     )  # fmt: skip
     admitted, _ = firewall.admit(message)
     assert admitted is not None and ("version" in admitted.metadata) == accepted
+
+
+def test_the_layout_templates_css_passes() -> None:
+    """AppLayout's and GridspecLayout's grid areas (quoted names on several lines) and
+    repeat() tracks are CSS values a layout keeps."""
+    import ipywidgets as w
+
+    app = w.AppLayout(header=w.Button(), center=w.Button(), footer=w.Button())
+    grid = w.GridspecLayout(2, 2)
+    grid[0, 0] = w.Button()
+    for layout in (app.layout, grid.layout, grid[0, 0].layout):
+        state = layout.get_state()
+        content = {"comm_id": layout.model_id, "target_name": "jupyter.widget",
+                   "data": {"state": dict(state), "buffer_paths": []}}  # fmt: skip
+        admitted, removed = WidgetFirewall(OutputFirewall()).admit(
+            _message("comm_open", content, [])
+        )
+        assert admitted is not None and removed == [], removed
+        assert admitted.content["data"]["state"] == state
