@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from sandbox_kernel.core.runtime_folder import private_temp_folder
 from sandbox_kernel.core.stops import StopTurn
 from sandbox_kernel.host import GUEST_PYTHON
 from sandbox_kernel.repl import protocol
@@ -453,7 +454,7 @@ class Bridge:
     def _wheel_folder(self) -> Path:
         """A fresh host-private folder for one request's wheels (the last one's removed)."""
         if self._downloads is None:
-            self._downloads = tempfile.TemporaryDirectory(prefix="sandbox-kernel-wheels-")
+            self._downloads = private_temp_folder("sandbox-kernel-wheels-")
         root = Path(self._downloads.name)
         for old in root.iterdir():
             shutil.rmtree(old, ignore_errors=True)
