@@ -18,7 +18,9 @@ pid, or that pid started at another time). A folder of a live process, another u
 a record that does not match, anything unreadable: left alone. Every step acts on descriptors
 opened beneath the per-user folder without following links, and a folder is renamed to a name
 of the pruner's own before it is removed, so two kernels starting at once never remove the
-same folder twice, and a name swapped for a link after the check is not followed.
+same folder twice, and a name swapped for a link after the check is not followed. The claimed
+name, `.removing-<pid>-<start>-<random>`, names the pruner: a real folder of the user's with
+such a name whose pruner is gone (it died mid-removal) is removed too.
 
 The per-user folder itself is refused when it is a link, not a folder, or owned by someone
 else (another user could plant it in a shared /tmp); it is made private (0700) when it is the
@@ -59,6 +61,8 @@ __all__ = [
 
 RECORD: Final = "owner"
 _NAME: Final = re.compile(r"kernel-([1-9][0-9]{0,9})-([0-9]{1,20})")
+# A folder a pruner claimed (renamed) and was removing: the pruner's own pid and start time.
+_CLAIMED: Final = re.compile(r"\.removing-([1-9][0-9]{0,9})-([0-9]{1,20})-[0-9a-f]{16}")
 _RECORD_MAX_BYTES: Final = 64
 _DIRECTORY_FLAGS: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
@@ -147,11 +151,14 @@ def prune_abandoned(root: Path, *, keep: str | None = None) -> list[str]:
     root_fd = _open_root(root, uid)
     try:
         for name in os.listdir(root_fd):
-            if name == keep or _NAME.fullmatch(name) is None:
+            if name == keep:
                 continue
             with contextlib.suppress(OSError):  # unreadable, or gone meanwhile: left alone
-                if _abandoned(root_fd, name, uid):
+                if _NAME.fullmatch(name) and _abandoned(root_fd, name, uid):
                     _remove(root_fd, name)
+                    removed.append(name)
+                elif _CLAIMED.fullmatch(name) and _claim_abandoned(root_fd, name, uid):
+                    _remove(root_fd, name)  # a pruner died while removing it
                     removed.append(name)
     finally:
         os.close(root_fd)
@@ -186,10 +193,22 @@ def _abandoned(root_fd: int, name: str, uid: int) -> bool:
     return not _alive(pid, start)
 
 
+def _claim_abandoned(root_fd: int, name: str, uid: int) -> bool:
+    """Whether `name` is a folder a pruner claimed and was removing when it died."""
+    match = _CLAIMED.fullmatch(name)
+    if match is None:
+        return False
+    info = os.lstat(name, dir_fd=root_fd)
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != uid:
+        return False
+    return not _alive(int(match[1]), int(match[2]))
+
+
 def _remove(root_fd: int, name: str) -> None:
     """Rename `name` to a name of ours (claimed: no other pruner acts on it), then remove it
     beneath `root_fd` without following links."""
-    claimed = f".removing-{secrets.token_hex(8)}"
+    pid = os.getpid()
+    claimed = f".removing-{pid}-{process_start(pid) or 0}-{secrets.token_hex(8)}"
     before = os.lstat(name, dir_fd=root_fd)
     os.rename(name, claimed, src_dir_fd=root_fd, dst_dir_fd=root_fd)
     after = os.lstat(claimed, dir_fd=root_fd)

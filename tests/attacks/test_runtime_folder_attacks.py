@@ -122,6 +122,13 @@ def test_only_dead_kernels_folders_are_removed_at_the_next_start(
     fifo.mkdir()
     os.mkfifo(fifo / RECORD)
 
+    half_removed = root / f".removing-{next(d)}-15-{'a' * 16}"  # its pruner died meanwhile
+    half_removed.mkdir()
+    being_removed = root / f".removing-{live_pid}-{live_start}-{'b' * 16}"  # still at work
+    being_removed.mkdir()
+    claimed_link = root / f".removing-{next(d)}-16-{'c' * 16}"
+    claimed_link.symlink_to(outside)
+
     mine = kernel_folder(tmp_path / "base")  # a kernel starts
 
     assert not dead.exists() and not reused.exists() and not leaky.exists()
@@ -129,6 +136,7 @@ def test_only_dead_kernels_folders_are_removed_at_the_next_start(
     assert link.is_symlink() and precious.read_text() == "keep me" and (outside / RECORD).exists()
     assert others.is_dir() and mismatched.is_dir() and record_link.is_dir()
     assert as_file.is_file() and unrecorded.is_dir() and fifo.is_dir()
+    assert not half_removed.exists() and being_removed.is_dir() and claimed_link.is_symlink()
     assert mine.parent == root and (mine / RECORD).read_text().split()[0] == str(os.getpid())
     assert sorted(p.name for p in outside.iterdir()) == [RECORD, "precious.txt"]
 
