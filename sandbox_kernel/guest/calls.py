@@ -19,9 +19,9 @@ from typing import Any
 from sandbox_kernel_bundles import MAX_NESTING, format_bundle, nested_too_deeply, put, to_message
 from sandbox_kernel_door import DoorClient
 from sandbox_kernel_helpers import haystacks, need_int, need_str
-from sandbox_kernel_streams import flush_streams
+from sandbox_kernel_streams import describe, flush_streams, warn
 
-__all__ = ["HostCalls"]
+__all__ = ["HostCalls", "text_of"]
 
 _LONGEST_SLEEP_SECONDS = 9.2e9  # what fits time.sleep's int64 nanoseconds
 _NO_CTX = object()
@@ -65,6 +65,43 @@ class HostCalls(DoorClient):
         message = to_message(message)
         self.call("display", **message)
         self.displays.append(message)
+
+    def _report(self, n: int, reply: dict[str, Any]) -> None:
+        """Send the cell's reply. What the host cannot take (a value with no JSON form that
+        reached it some other way, a reply past its caps) never stops the driver: the reply
+        goes again without its result, displays and payloads, with the reason on stderr, and
+        at worst as a bare error."""
+        flush_streams()
+        try:
+            self.request("done", cell=n, reply=reply)
+            return
+        except Exception as exc:
+            reason = describe(exc)
+        warn(f"[sandbox] the cell's outputs could not be reported ({reason}): left out")
+        flush_streams()
+        error = reply.get("error")
+        kept: dict[str, Any] = {"status": reply.get("status", "error")}
+        if isinstance(error, dict):
+            kept["error"] = {
+                "ename": text_of(error.get("ename")),
+                "evalue": text_of(error.get("evalue")),
+                "traceback": [text_of(line) for line in error.get("traceback") or ()],
+            }
+        try:
+            self.request("done", cell=n, reply=kept)
+        except Exception as again:
+            bare = {"ename": type(again).__name__, "evalue": reason, "traceback": []}
+            self.request("done", cell=n, reply={"status": "error", "error": bare})
+
+    def _answer(self, name: str, value: Any, fallback: Any) -> None:
+        """A value the host waits for; `fallback` when `value` cannot be sent (or is None)."""
+        if value is not None:
+            try:
+                self.request("value", name=name, found=True, value=value)
+                return
+            except Exception as exc:
+                warn(f"[sandbox] {name.strip('_')} could not be answered: {describe(exc)}")
+        self.request("value", name=name, found=True, value=fallback)
 
     def input(self, prompt: object = "") -> str:
         """Read a line from the user (the notebook's input box), as the builtin input() does."""
@@ -168,3 +205,13 @@ class HostCalls(DoorClient):
                     hit["index"] = index
                 found.append(hit)
         return found
+
+
+def text_of(value: object) -> str:
+    """`value` as str for a reply (a str subclass or an object with a failing __str__ too)."""
+    if type(value) is str:
+        return value
+    try:
+        return str.__str__(value) if isinstance(value, str) else str(value)
+    except Exception as exc:
+        return f"<unprintable {type(value).__name__}: {describe(exc)}>"

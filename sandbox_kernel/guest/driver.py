@@ -74,6 +74,7 @@ from sandbox_kernel_bundles import (  # noqa: E402 - the parts are loaded just a
     to_message,
     to_plain,
 )
+from sandbox_kernel_calls import text_of  # noqa: E402
 from sandbox_kernel_cells import (  # noqa: E402
     DRIVER_NAME,
     FLAG_NAME,
@@ -212,33 +213,6 @@ class Driver(Binding):
         self.repair()
         reply["displays"] = self.displays
         self._report(n, reply)
-
-    def _report(self, n: int, reply: dict[str, Any]) -> None:
-        """Send the cell's reply. What the host cannot take (a value with no JSON form that
-        reached it some other way, a reply past its caps) never stops the driver: the reply
-        goes again without its result, displays and payloads, with the reason on stderr, and
-        at worst as a bare error."""
-        flush_streams()
-        try:
-            self.request("done", cell=n, reply=reply)
-            return
-        except Exception as exc:
-            reason = describe(exc)
-        warn(f"[sandbox] the cell's outputs could not be reported ({reason}): left out")
-        flush_streams()
-        error = reply.get("error")
-        kept: dict[str, Any] = {"status": reply.get("status", "error")}
-        if isinstance(error, dict):
-            kept["error"] = {
-                "ename": _text(error.get("ename")),
-                "evalue": _text(error.get("evalue")),
-                "traceback": [_text(line) for line in error.get("traceback") or ()],
-            }
-        try:
-            self.request("done", cell=n, reply=kept)
-        except Exception as again:
-            bare = {"ename": type(again).__name__, "evalue": reason, "traceback": []}
-            self.request("done", cell=n, reply={"status": "error", "error": bare})
 
     def _run_plain(self, n: int, source: str) -> dict[str, Any]:
         status, error, value = "ok", None, None
@@ -393,9 +367,9 @@ class Driver(Binding):
         while the cell went on: shown on stderr now, where ipykernel shows it (before the
         result or display it was formatting), and in the display hook it fails the cell's
         request, as on ipykernel."""
-        name = _text(getattr(etype, "__name__", None) or type(evalue).__name__)
-        evalue_text = safe_str(evalue) if isinstance(evalue, BaseException) else _text(evalue)
-        lines = [_text(line) for line in stb] if isinstance(stb, list) else [_text(stb)]
+        name = text_of(getattr(etype, "__name__", None) or type(evalue).__name__)
+        evalue_text = safe_str(evalue) if isinstance(evalue, BaseException) else text_of(evalue)
+        lines = [text_of(line) for line in stb] if isinstance(stb, list) else [text_of(stb)]
         error = {"ename": name, "evalue": evalue_text, "traceback": lines}
         if not formatter:
             self._outcome["error"] = error
@@ -605,16 +579,6 @@ class Driver(Binding):
                 results[key] = {"status": "error", **error, "traceback": []}
         self._answer("__expressions__", results, {})
 
-    def _answer(self, name: str, value: Any, fallback: Any) -> None:
-        """A value the host waits for; `fallback` when `value` cannot be sent (or is None)."""
-        if value is not None:
-            try:
-                self.request("value", name=name, found=True, value=value)
-                return
-            except Exception as exc:
-                warn(f"[sandbox] {name.strip('_')} could not be answered: {describe(exc)}")
-        self.request("value", name=name, found=True, value=fallback)
-
 
 # list_image: the addresses sent at a time (64 kB); objects whose traversal shows what their
 # running code's stack holds.
@@ -630,16 +594,6 @@ _RUNNING_CODE = (
 def _image_object(each: object) -> bool:
     """Whether list_image sends `each` (the reasons are its docstring's)."""
     return type(each) not in _RUNNING_CODE and not isinstance(each, int)
-
-
-def _text(value: object) -> str:
-    """`value` as str for a reply (a str subclass or an object with a failing __str__ too)."""
-    if type(value) is str:
-        return value
-    try:
-        return str.__str__(value) if isinstance(value, str) else str(value)
-    except Exception as exc:
-        return f"<unprintable {type(value).__name__}: {describe(exc)}>"
 
 
 def _is_usage_error(exc: BaseException) -> bool:

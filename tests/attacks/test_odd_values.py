@@ -118,6 +118,8 @@ CELLS = [
     "get_ipython().payload_manager.write_payload({'source': 'page', 'data': {'x': object()}})",
     "get_ipython().payload_manager.write_payload({'source': 'page', 'data': b'bytes'})",
     "get_ipython().set_next_input(b'bytes')",
+    # a payload the host's report model refuses: the report goes again without it
+    "get_ipython().payload_manager._payload.append(['not', 'a', 'dict'])\n'shown'",
     "import comm\nc = comm.create_comm(target_name='odd', data={'x': b'bytes'})",
     "c.send({'x': object()})",
     "c.send(circular)",
