@@ -40,7 +40,6 @@ import errno
 import os
 import secrets
 import stat
-import struct
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -55,11 +54,13 @@ from sandbox_kernel.host.overlay_sync import (
     MAX_ENTRIES,
     RUNTIME_NAMES,
     SECRET_NAMES,
+    LayerState,
     LayerSync,
     read_record,
     write_record,
 )
 from sandbox_kernel.host.run_guard import EACCES, REGULAR_FILE, FileStat, RunGuard
+from sandbox_kernel.host.wasi_inode import wasi_inode
 
 __all__ = [
     "MAX_ENTRIES",
@@ -74,7 +75,6 @@ __all__ = [
 
 EINTR, EFBIG = 27, 22  # WASI preview1 errno values
 _CHUNK = 1 << 20
-_MASK = 0xFFFFFFFFFFFFFFFF
 
 
 class OverlayRefused(SandboxError):
@@ -83,48 +83,6 @@ class OverlayRefused(SandboxError):
     def __init__(self, message: str, *, never_shown: bool = False) -> None:
         super().__init__(message)
         self.never_shown = never_shown  # True: not even read-only (the home folder)
-
-
-def _rotl(x: int, b: int) -> int:
-    return ((x << b) | (x >> (64 - b))) & _MASK
-
-
-def _siphash13(data: bytes) -> int:
-    """SipHash-1-3 with keys 0 and 0: Rust's DefaultHasher::new(), which wasmtime's WASI uses
-    for a file's inode."""
-    v0, v1, v2, v3 = 0x736F6D6570736575, 0x646F72616E646F6D, 0x6C7967656E657261, 0x7465646279746573
-
-    def rounds(count: int) -> None:
-        nonlocal v0, v1, v2, v3
-        for _ in range(count):
-            v0 = (v0 + v1) & _MASK
-            v1 = _rotl(v1, 13) ^ v0
-            v0 = _rotl(v0, 32)
-            v2 = (v2 + v3) & _MASK
-            v3 = _rotl(v3, 16) ^ v2
-            v0 = (v0 + v3) & _MASK
-            v3 = _rotl(v3, 21) ^ v0
-            v2 = (v2 + v1) & _MASK
-            v1 = _rotl(v1, 17) ^ v2
-            v2 = _rotl(v2, 32)
-
-    end = len(data) - len(data) % 8
-    for (word,) in struct.iter_unpack("<Q", data[:end]):
-        v3 ^= word
-        rounds(1)
-        v0 ^= word
-    last = (len(data) & 0xFF) << 56 | int.from_bytes(data[end:], "little")
-    v3 ^= last
-    rounds(1)
-    v0 ^= last
-    v2 ^= 0xFF
-    rounds(3)
-    return v0 ^ v1 ^ v2 ^ v3
-
-
-def wasi_inode(st: os.stat_result) -> int:
-    """The inode wasmtime's WASI reports for the host file whose stat is `st`."""
-    return _siphash13(struct.pack("<QQ", st.st_dev & _MASK, st.st_ino & _MASK))
 
 
 @dataclass
@@ -138,18 +96,22 @@ class Overlay:
     notes: list[str] = field(default_factory=list)
     real: Path | None = None  # the user's folder
     exclude: tuple[Path, ...] = ()
-    watched: dict[Path, int] = field(default_factory=dict)  # its folders' mtimes, when shown
+    state: LayerState = field(default_factory=LayerState)  # what the layer holds
     fds: tuple[int, int, int] | None = None  # (folder, state folder, layer)
     _closer: Callable[[], object] | None = field(default=None, repr=False)  # closes them once
 
     def refresh(self) -> bool:
-        """Bring the layer up to date with the folder again if a folder of it changed since
-        (a file added, removed or replaced: its folder's mtime moved), as at a start: the
-        user's new files appear between two cells, as on ipykernel. Cheap when nothing
-        changed (one stat a folder). True when it looked again. Only between turns."""
-        if self.fds is None or not self._changed():
+        """Bring the layer up to date with the folder again where a folder of it changed
+        since (a file added, removed or replaced: its folder's mtime moved): the user's new
+        files appear between two cells, as on ipykernel. Only the folders that changed are
+        looked into again; cheap when nothing changed (one stat a folder). True when it
+        looked again. Only between turns."""
+        if self.fds is None:
             return False
-        self._sync()
+        changed = self._changed()
+        if not changed:
+            return False
+        self._sync(changed)
         return True
 
     def close(self) -> None:
@@ -158,30 +120,37 @@ class Overlay:
         if self._closer is not None:
             self._closer()
 
-    def _changed(self) -> bool:
-        for folder, seen in self.watched.items():
-            try:  # only a hint to look again: the look itself follows no link
-                if os.stat(folder, follow_symlinks=False).st_mtime_ns != seen:
-                    return True
+    def _changed(self) -> list[str]:
+        """The watched folders whose mtime or identity moved (looked up by path: only a
+        hint to look again; the look itself follows no link)."""
+        assert self.real is not None
+        changed, base = [], str(self.real)
+        for relative, (seen, identity) in self.state.watched.items():
+            try:
+                st = os.stat(f"{base}/{relative}" if relative else base, follow_symlinks=False)
             except OSError:
-                return True
-        return False
+                changed.append(_parent_of(relative))
+                continue
+            if st.st_mtime_ns != seen or (st.st_dev, st.st_ino) != identity:
+                changed.append(relative)
+        return changed
 
-    def _sync(self) -> None:
-        """Bring the layer up to date (overlay_sync.py) and learn its shared files anew."""
-        assert self.fds is not None and self.real is not None
+    def _sync(self, changed: list[str] | None = None) -> None:
+        """Bring the layer up to date (overlay_sync.py): all of it, or the folders in
+        `changed`; and learn its shared files anew."""
+        assert self.fds is not None
         real, state, layer = self.fds
         excluded: set[tuple[int, int]] = set()
         for path in self.exclude:
             with contextlib.suppress(OSError):
                 st = os.stat(path)
                 excluded.add((st.st_dev, st.st_ino))
-        sync = LayerSync(real, layer, read_record(state), frozenset(excluded))
-        found = sync.run()
-        write_record(state, sync.linked)
-        self.shared = frozenset(wasi_inode(st) for st in found.shared)
+        if changed is None:
+            self.state = LayerState(record=read_record(state))
+        found = LayerSync(real, layer, self.state, frozenset(excluded)).run(changed)
+        write_record(state, self.state.record)
+        self.shared = frozenset(inode for _, inode in self.state.shared.values())
         self.notes = found.notes
-        self.watched = {self.real / relative: mtime for relative, mtime in found.watched.items()}
 
     def before_write(
         self,
@@ -281,6 +250,10 @@ def _copy_up(
             _remove(parent, temporary)
             return guard.refuse("fs_denied", f"{shown!r} could not be copied", EACCES)
     return 0
+
+
+def _parent_of(relative: str) -> str:
+    return relative.rpartition("/")[0]
 
 
 def _remove(parent: int, name: str) -> None:

@@ -45,12 +45,14 @@ from sandbox_kernel.host.beneath import (
     split,
     vanished,
 )
+from sandbox_kernel.host.wasi_inode import wasi_inode
 
 __all__ = [
     "MAX_DEPTH",
     "MAX_ENTRIES",
     "RUNTIME_NAMES",
     "SECRET_NAMES",
+    "LayerState",
     "LayerSync",
     "Scan",
     "read_record",
@@ -101,11 +103,8 @@ def _identity(st: os.stat_result) -> Identity:
 
 @dataclass
 class Scan:
-    """What one bringing-up-to-date found: the user's files shared into the layer (their
-    stats), the folders watched (relative path: mtime) and the notes for the user."""
+    """What one bringing-up-to-date left out, and the notes for the user about it."""
 
-    shared: list[os.stat_result] = field(default_factory=list)
-    watched: dict[str, int] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     shown: int = 0
     skipped: int = 0  # files that could not be linked
@@ -113,6 +112,12 @@ class Scan:
     too_many: list[str] = field(default_factory=list)  # the first entries over MAX_ENTRIES
     left_out: int = 0  # entries seen but not shown: over MAX_ENTRIES
     too_deep: list[str] = field(default_factory=list)
+
+    def leave_out(self, relative: str) -> None:
+        """`relative` is not shown: over MAX_ENTRIES."""
+        self.left_out += 1
+        if len(self.too_many) < MAX_NAMED:
+            self.too_many.append(relative)
 
     def finish(self) -> None:
         """The notices for what was left out."""
@@ -144,39 +149,101 @@ class Scan:
 
 
 @dataclass
+class LayerState:
+    """What the layer holds by the host's count, kept from one bringing-up-to-date to the
+    next: the record (state.json: key -> identity, a folder's key ending in "/"), the user's
+    files linked (key -> stat) and the folders watched (relative path -> (mtime, identity);
+    the folder itself is "")."""
+
+    record: dict[str, Identity] = field(default_factory=dict)
+    shared: dict[str, tuple[Identity, int]] = field(default_factory=dict)  # WASI inode
+    watched: dict[str, tuple[int, Identity]] = field(default_factory=dict)
+
+
+def _parent(key: str) -> str:
+    return key.rstrip("/").rpartition("/")[0]
+
+
+@dataclass
 class LayerSync:
-    """One bringing-up-to-date of the layer (descriptors `layer`) with the folder (`real`):
-    what the last one linked (`before`, taken off as the folder's entries are seen; what is
-    left there is gone from the folder) and what this one links (`linked`, the new record; a
-    folder's key ends in "/"). `excluded`: folders never shown (the session's workspace)."""
+    """One bringing-up-to-date of the layer (descriptors `layer`) with the folder (`real`),
+    of the whole folder or only of the folders that changed since the last (`state`, updated
+    in place). `excluded`: folders never shown (the session's workspace)."""
 
     real: int
     layer: int
-    before: dict[str, Identity]
+    state: LayerState
     excluded: frozenset[Identity] = frozenset()
-    linked: dict[str, Identity] = field(default_factory=dict)
+    before: dict[str, Identity] = field(default_factory=dict)  # popped as entries are seen
+    linked: dict[str, Identity] = field(default_factory=dict)  # this run's record
+    shared: dict[str, tuple[Identity, int]] = field(default_factory=dict)
+    watched: dict[str, tuple[int, Identity]] = field(default_factory=dict)
+    keep: frozenset[str] = frozenset()  # watched folders not looked into again
+    full: bool = True  # the whole folder, not a refresh of what changed
+    _children: dict[str, list[str]] = field(default_factory=dict)
 
-    def run(self) -> Scan:
-        """Walk the folder breadth first and bring the layer up to date (module text)."""
-        found = Scan()
-        root = os.fstat(self.real)
-        found.watched[""] = root.st_mtime_ns
-        queue: deque[tuple[str, Identity, int]] = deque([("", _identity(root), 0)])
+    def run(self, changed: list[str] | None = None) -> Scan:
+        """Walk breadth first from the folder (`changed` None) or from the folders in
+        `changed` only (a refresh: what did not change is kept as it was) and bring the
+        layer up to date (module text)."""
+        full = self.full = changed is None
+        starts = [""] if changed is None else sorted(set(changed), key=lambda f: f.count("/"))
+        self.keep = frozenset() if full else frozenset(self.state.watched) - set(starts)
+        for key in self.state.record:
+            self._children.setdefault(_parent(key), []).append(key)
+        found = Scan(shown=0 if full else len(self.state.record))
+        queue: deque[tuple[str, int]] = deque((f, f.count("/") + 1 if f else 0) for f in starts)
+        processed: set[str] = set()
         while queue:
-            relative, identity, depth = queue.popleft()
-            for child, st in self._folder(relative, identity, found):
+            relative, depth = queue.popleft()
+            if relative in processed:
+                continue
+            processed.add(relative)
+            for child in self._folder(relative, found):
                 if depth + 1 > MAX_DEPTH:
                     found.too_deep.append(child)
                 else:
-                    queue.append((child, _identity(st), depth + 1))
-        self._remove_gone()
+                    queue.append((child, depth + 1))
+        self._settle(full, processed)
         found.finish()
         return found
 
-    def _folder(
-        self, relative: str, identity: Identity, found: Scan
-    ) -> list[tuple[str, os.stat_result]]:
+    def _settle(self, full: bool, processed: set[str]) -> None:
+        """The new state: what this run saw, and what it did not look at kept as it was;
+        what is neither is gone from the layer."""
+        gone_folders = {k for k in self.before if k.endswith("/")}
+        kept: dict[str, Identity] = {}
+        for key, identity in self.state.record.items():
+            if key in self.linked or full or _parent(key) in processed:
+                continue
+            parts = key.rstrip("/").split("/")
+            if any("/".join(parts[:n]) + "/" in gone_folders for n in range(1, len(parts))):
+                continue
+            kept[key] = identity
+        gone = {
+            k: v for k, v in self.state.record.items() if k not in kept and k not in self.linked
+        }
+        self._remove_gone(gone)
+        record = {**kept, **self.linked}
+        state = self.state
+        state.shared = {
+            **{k: v for k, v in state.shared.items() if k in kept},
+            **self.shared,
+        }
+        state.watched = {
+            **{
+                k: v
+                for k, v in state.watched.items()
+                if k in self.keep and (not k or f"{k}/" in record)
+            },
+            **self.watched,
+        }
+        state.record = record
+
+    def _folder(self, relative: str, found: Scan) -> list[str]:
         """Bring one folder up to date; the subfolders to look at next."""
+        for key in self._children.get(relative, ()):
+            self.before[key] = self.state.record[key]
         try:
             real = open_beneath(self.real, relative)
         except OSError as exc:
@@ -185,21 +252,18 @@ class LayerSync:
             raise
         with closing(real):
             st = os.fstat(real)
-            if _identity(st) != identity:
-                return []  # replaced since it was listed: the next refresh sees the new one
             try:
                 layer = open_beneath(self.layer, relative)
             except OSError as exc:
                 if vanished(exc):  # the guest replaced it by a link or a file since
                     return []
                 raise
+            self.watched[relative] = (st.st_mtime_ns, _identity(st))
             with closing(layer):
                 return self._entries(real, layer, relative, found)
 
-    def _entries(
-        self, real: int, layer: int, relative: str, found: Scan
-    ) -> list[tuple[str, os.stat_result]]:
-        folders: list[tuple[str, os.stat_result]] = []
+    def _entries(self, real: int, layer: int, relative: str, found: Scan) -> list[str]:
+        folders: list[str] = []
         for name, st in scan(real):
             child = f"{relative}/{name}" if relative else name
             if _hidden(name):
@@ -207,26 +271,39 @@ class LayerSync:
             if not _utf8(name):
                 found.not_utf8.append(child)
                 continue
-            if found.shown >= MAX_ENTRIES:
-                found.left_out += 1
-                if len(found.too_many) < MAX_NAMED:
-                    found.too_many.append(child)
+            # A refresh counts only what is new: the rest was counted when it was shown.
+            new = self.full or (child not in self.before and f"{child}/" not in self.before)
+            if new and found.shown >= MAX_ENTRIES:
+                found.leave_out(child)
                 continue
             if stat.S_ISDIR(st.st_mode):
                 if name in TOOL_FOLDERS or _identity(st) in self.excluded or _is_venv(real, name):
                     continue
-                found.shown += 1
-                if self._show_folder(layer, name, child, st):
-                    found.watched[child] = st.st_mtime_ns
-                    folders.append((child, st))
+                found.shown += new
+                if self._show_folder(layer, name, child, st) and not self._kept(child, st):
+                    folders.append(child)
             elif stat.S_ISREG(st.st_mode):
-                found.shown += 1
+                found.shown += new
                 shown = self._show_file(real, layer, name, child, st)
                 if shown is None:
                     found.skipped += 1
                 elif shown:
-                    found.shared.append(st)
+                    self.shared[child] = self._inode(child, st)
         return folders
+
+    def _inode(self, key: str, st: os.stat_result) -> tuple[Identity, int]:
+        """The file's identity and WASI inode, the last run's when it is the same file (the
+        hash costs 50 us a file)."""
+        known = self.state.shared.get(key)
+        if known is None or known[0] != _identity(st):
+            known = (_identity(st), wasi_inode(st))
+        return known
+
+    def _kept(self, child: str, st: os.stat_result) -> bool:
+        """True when the folder `child` is watched, unchanged and the same folder: what it
+        holds is kept as the last run left it."""
+        seen = self.state.watched.get(child)
+        return child in self.keep and seen is not None and seen[1] == _identity(st)
 
     def _show_file(
         self, real: int, layer: int, name: str, key: str, st: os.stat_result
@@ -241,6 +318,8 @@ class LayerSync:
             return False
         if current is not None and _identity(current) != _identity(st):
             if previous is None or _identity(current) != previous:
+                if previous is not None:  # remembered: if the guest deletes its own, the
+                    self.linked[key] = previous  # user's does not come back
                 return False  # the guest's own file by that name: it wins
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(name, dir_fd=layer)  # the user replaced the file: link the new one
@@ -273,14 +352,16 @@ class LayerSync:
                 return False
             current = lstat_at(layer, name)
         if current is None or not stat.S_ISDIR(current.st_mode):
+            if previous is not None:
+                self.linked[f"{key}/"] = previous
             return False  # the guest's own file or link by that name: it wins
         self.linked[f"{key}/"] = _identity(st)
         return True
 
-    def _remove_gone(self) -> None:
+    def _remove_gone(self, gone: dict[str, Identity]) -> None:
         """Remove from the layer what is no longer shown: a link that is still the user's
         file, a folder the guest left empty (the deepest first)."""
-        for key in sorted(self.before, key=len, reverse=True):
+        for key in sorted(gone, key=len, reverse=True):
             relative = key.rstrip("/")
             parent, _, name = relative.rpartition("/")
             with contextlib.suppress(OSError, ValueError):
@@ -290,7 +371,7 @@ class LayerSync:
                         os.rmdir(name, dir_fd=folder)  # only if empty: the guest's stay
                         continue
                     current = lstat_at(folder, name)
-                    if current is not None and _identity(current) == self.before[key]:
+                    if current is not None and _identity(current) == gone[key]:
                         os.unlink(name, dir_fd=folder)
 
 
@@ -333,5 +414,5 @@ def write_record(state: int, linked: dict[str, Identity]) -> None:
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     fd = os.open(temporary, flags, 0o600, dir_fd=state)
     with os.fdopen(fd, "w") as handle:
-        json.dump({k: list(v) for k, v in linked.items()}, handle)
+        handle.write(json.dumps({k: list(v) for k, v in linked.items()}, separators=(",", ":")))
     os.replace(temporary, "state.json", src_dir_fd=state, dst_dir_fd=state)

@@ -223,7 +223,29 @@ def test_no_sequence_reaches_outside_the_folder(steps: list[tuple[object, ...]])
                     if before is not None:
                         assert place.user_tree() == before, "the refresh changed the user's files"
                 _check(place, secrets, outside)
-            overlay.close()
+        # Refreshes look only where something changed: they leave the layer as a new start.
+        overlay.refresh()
+        refreshed, shared = _layer(place), overlay.shared
+        overlay.close()
+        again = prepare_overlay(place.folder)
+        assert _layer(place) == refreshed, "a refresh left the layer unlike a new start"
+        # ... and know every user's file that a new start knows as shared (the guard's set)
+        assert again.shared <= shared
+        again.close()
+
+
+def _layer(place: Place) -> dict[str, tuple[int, int, int]]:
+    """The layer's entries: (mode, device, inode), links not followed."""
+    found = {}
+    for top, dirs, files in os.walk(place.layer):
+        for name in [*dirs, *files]:
+            st = os.lstat(Path(top, name))
+            found[str(Path(top, name).relative_to(place.layer))] = (
+                st.st_mode,
+                st.st_dev,
+                st.st_ino,
+            )
+    return found
 
 
 # -- the same with a real guest -------------------------------------------------------------
