@@ -235,7 +235,7 @@ def install_enterprise_gateway_spec(
     if gateway_python is not None:
         if user or sys_prefix or prefix:
             raise InstallError(
-                "--gateway-python names the place: no --user, --sys-prefix, --prefix"
+                "--gateway-python names the place: no --user, --sys-prefix or --prefix"
             )
         prefix, sys_prefix = str(environment_prefix(gateway_python)), False
     scripts: list[Path] = []
