@@ -11,7 +11,9 @@ entry that vanishes or changes kind is skipped, never an error for the folder.
 
 What the scan costs grows with what is shown, not with the folder: breadth first, at most
 MAX_ENTRIES entries and MAX_DEPTH folders deep, with a plain notice naming what was left out
-(the guest's own files in the layer are never touched by the bound).
+(the guest's own files in the layer are never touched by the bound). A refresh between cells
+looks only into the folders whose mtime moved and keeps the rest as the last run left it
+(LayerState).
 
 Never shown: names starting with "." (hidden files and folders: .git, .env, .ssh, the layer
 itself), known secret files (SECRET_NAMES), Jupyter's connection and runtime files
