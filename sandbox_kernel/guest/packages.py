@@ -30,8 +30,8 @@ __all__ = ["pip"]
 RESTART_NOTE = "Note: you may need to restart the kernel to use updated packages."
 _USAGE = (
     "%pip in the sandbox: `install NAME...` (pure-Python wheels from the host's package "
-    "index; -U/--upgrade, --no-deps), `list`, `uninstall NAME...` (packages this session "
-    "installed)"
+    "index; -U/--upgrade, --no-deps), `list`, `show NAME...`, `uninstall NAME...` (packages "
+    "this session installed)"
 )
 
 
@@ -58,6 +58,8 @@ def _run(driver: Any, line: str, folder: Path) -> None:
         _install(driver, rest, folder)
     elif command == "list":
         _list(folder)
+    elif command == "show":
+        _show([a for a in rest if not a.startswith("-")])
     elif command == "uninstall":
         _uninstall([a for a in rest if a not in ("-y", "--yes")], folder)
     else:
@@ -205,6 +207,61 @@ def _list(folder: Path) -> None:
     print(f"{'-' * width} -------")
     for name, dist in rows:
         print(f"{name:<{width}} {dist['version']}{'  (this session)' if dist['session'] else ''}")
+
+
+def _show(names: list[str]) -> None:
+    """`pip show NAME...`: the fields pip shows, from the installed distributions' metadata."""
+    if not names:
+        print("WARNING: ERROR: Please provide a package name or names.", file=sys.stderr)
+        return
+    found, missing = [], []
+    for name in names:
+        try:
+            found.append(importlib.metadata.distribution(name))
+        except importlib.metadata.PackageNotFoundError:
+            missing.append(name)
+    if missing:
+        print(f"WARNING: Package(s) not found: {', '.join(missing)}", file=sys.stderr)
+    required_by = _required_by()
+    for index, dist in enumerate(found):
+        meta = dist.metadata
+        name = meta["Name"] or ""
+        requires = sorted(
+            {_requirement_name(r) for r in dist.requires or () if "extra ==" not in r}
+        )
+        if index:
+            print("---")
+        print(f"Name: {name}")
+        print(f"Version: {dist.version}")
+        for field, key in (
+            ("Summary", "Summary"),
+            ("Home-page", "Home-page"),
+            ("Author", "Author"),
+            ("Author-email", "Author-email"),
+            ("License", "License"),
+        ):
+            print(f"{field}: {meta.get(key) or ''}")
+        print(f"Location: {dist.locate_file('')}")
+        print(f"Requires: {', '.join(requires)}")
+        print(f"Required-by: {', '.join(sorted(required_by.get(_normal(name), ())))}")
+
+
+def _requirement_name(requirement: str) -> str:
+    for index, char in enumerate(requirement):
+        if not (char.isalnum() or char in "-_."):
+            return requirement[:index]
+    return requirement
+
+
+def _required_by() -> dict[str, set[str]]:
+    """For each normalized name, the installed distributions that require it."""
+    found: dict[str, set[str]] = {}
+    for dist in importlib.metadata.distributions():
+        for requirement in dist.requires or ():
+            if "extra ==" not in requirement:
+                name = _normal(_requirement_name(requirement.strip()))
+                found.setdefault(name, set()).add(dist.metadata["Name"] or "")
+    return found
 
 
 def _normal(name: str) -> str:

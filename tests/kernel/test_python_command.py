@@ -1,8 +1,9 @@
 """`!python` runs a Python program inside the sandbox, as ipykernel runs it in a new process
 (issue 48): a script written with %%writefile, `-c`, `-m`, their arguments, output, exit status
-and uncaught errors. Each cell runs on sandbox-python and on the baseline (ipykernel with the
-guest's packages) in the same test; the working folder and the interpreter's name are masked,
-the rest compared. After each, the session's variables are still there.
+and uncaught errors; and `!pip show`, which is %pip's. Each cell runs on sandbox-python and on
+the baseline (ipykernel with the guest's packages) in the same test; the working folder and
+the interpreter's name are masked, the rest compared. After each, the session's variables are
+still there.
 """
 
 from __future__ import annotations
@@ -73,6 +74,7 @@ def _masked(execution: Execution, cwd: str) -> tuple[object, ...]:
         # Where the guest's Python (3.15) and the baseline's (3.11) differ: which lines of a
         # traceback get ~~^^ markers.
         text = re.sub(r"(?m)^ *[~^]+ *\r\n", "", text)
+        text = re.sub(r"(?m)^Location: .*$", "Location: <site-packages>", text)
         texts.append(text)
     return execution.status, "".join(texts)
 
@@ -113,6 +115,23 @@ def test_a_program_leaves_the_session_as_it_was(kernels: list[RunningKernel]) ->
     assert ours.run_ok("(list(sys.argv), list(sys.path))").result() == before
     assert ours.run_ok("'y' in dir()").result() == "False"
     assert ours.run_ok("print('still printing')").stream() == "still printing\n"
+
+
+def test_pip_show_as_on_ipykernel(kernels: list[RunningKernel]) -> None:
+    """`!pip show` is %pip's: the fields pip prints. Compared without pip's colours and line
+    ends (a pseudo-terminal's on ipykernel), and without the lines that name the environment
+    (where the package lies, which other installed packages require it)."""
+    shown = []
+    for running in kernels:
+        execution = running.run_ok("!pip show no-such-package-here six")
+        text = execution.stream() + execution.stream("stderr")
+        text = re.sub(r"\x1b\[[0-9;]*m", "", text).replace("\r\n", "\n")
+        shown.append(sorted(re.sub(r"(?m)^(Location|Required-by): .*\n", "", text).splitlines()))
+    assert shown[0] == shown[1]
+    assert (
+        "Name: six" in shown[0]
+        and "WARNING: Package(s) not found: no-such-package-here" in shown[0]
+    )
 
 
 def test_other_programs_keep_their_clear_error(kernels: list[RunningKernel]) -> None:
