@@ -88,7 +88,7 @@ def plain_text(obj: object) -> str:
         if isinstance(obj, dict | list | tuple | set | frozenset) and 80 < len(text) < 100_000:
             text = pprint.pformat(obj, sort_dicts=False)
         return text
-    except Exception as exc:
+    except BaseException as exc:
         return f"<{type(obj).__name__} object (repr failed: {describe(exc)})>"
 
 
@@ -241,7 +241,9 @@ def to_message(value: Any) -> Any:
         return value  # the usual bundle: {"text/plain": "..."}, nothing to convert
     try:
         return _Clean().convert(value, MAX_NESTING)
-    except Exception as exc:  # what the value's own methods raise too (an __iter__, a __float__)
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # what the value's own methods raise (an __iter__, a __str__)
         raise ValueError(f"Can't clean for JSON: {describe(exc)}") from None
 
 
@@ -332,7 +334,7 @@ def _key(key: object) -> str:
         return {None: "null", True: "true", False: "false"}[key]
     try:
         return _text(str(key))
-    except Exception:
+    except BaseException:
         return plain_text(key)
 
 

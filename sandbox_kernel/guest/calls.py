@@ -213,5 +213,5 @@ def text_of(value: object) -> str:
         return value
     try:
         return str.__str__(value) if isinstance(value, str) else str(value)
-    except Exception as exc:
+    except BaseException as exc:
         return f"<unprintable {type(value).__name__}: {describe(exc)}>"

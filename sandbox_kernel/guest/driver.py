@@ -424,7 +424,7 @@ class Driver(Binding):
             report = traceback.TracebackException.from_exception(exc)
             prune(report)
             lines = "".join(report.format()).splitlines()
-        except Exception as failure:  # an unformattable traceback must not lose the reply
+        except BaseException as failure:  # an unformattable traceback must not lose the reply
             lines = [f"{type(exc).__name__}: (no traceback: {describe(failure)})"]
         return {"ename": type(exc).__name__, "evalue": safe_str(exc), "traceback": lines}
 
@@ -468,7 +468,7 @@ class Driver(Binding):
         try:
             value = to_plain(namespace[name]) if found else None
             self.request("value", name=name, found=found, value=value)
-        except Exception as exc:  # a value no conversion carries: its description instead
+        except BaseException as exc:  # a value no conversion carries: its description instead
             self.request("value", name=name, found=found, value=f"<{describe(exc)}>")
 
     def comm_handle(self, msg_type: str, message_json: str) -> None:
@@ -545,7 +545,7 @@ class Driver(Binding):
         introspect = sys.modules["sandbox_kernel_introspect"]
         try:
             reply = introspect.complete(vars(self.main), code, cursor_pos)
-        except Exception:
+        except BaseException:
             reply = None
         empty = {"matches": [], "cursor_start": cursor_pos, "cursor_end": cursor_pos}
         self._answer("__complete__", reply, empty)
@@ -556,7 +556,7 @@ class Driver(Binding):
         introspect = sys.modules["sandbox_kernel_introspect"]
         try:
             reply = to_plain(introspect.inspect_object(vars(self.main), code, cursor_pos, detail))
-        except Exception:
+        except BaseException:
             reply = None
         self._answer("__inspect__", reply, {"found": False})
 

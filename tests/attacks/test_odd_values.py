@@ -192,8 +192,8 @@ def test_odd_user_expressions(odd_kernel: RunningKernel, value: str) -> None:
 
 def test_odd_variables_and_inspection(odd_kernel: RunningKernel) -> None:
     """What the host asks of the guest about its values: completion and inspection."""
-    odd_kernel.run_ok("lone = '\\ud800'\nbad = BadRepr()")
-    for code in ("lone", "bad", "circular", "odd_keys"):
+    odd_kernel.run_ok("lone = '\\ud800'\nbad = BadRepr()\nexits = ExitRepr()")
+    for code in ("lone", "bad", "exits", "circular", "odd_keys"):
         msg_id = odd_kernel.kc.inspect(code, len(code))
         assert odd_kernel.reply(msg_id)["status"] in ("ok", "error")
         msg_id = odd_kernel.kc.complete(code[:2], 2)
@@ -313,3 +313,16 @@ def test_a_plain_session_survives_odd_values(make_repl: Any, code: str) -> None:
     assert not done.rolled_back, (code, done)
     assert done.status.value in ("ok", "error"), (code, done)
     assert repl.get_variable("made_before") == [1, 2, 3]
+
+
+def test_get_variable_of_odd_values(make_repl: Any) -> None:
+    """The host's get_variable converts the value in the guest: a repr that raises or exits,
+    a lone surrogate, a circular or deep structure are answered, and the session goes on."""
+    repl = make_repl()
+    assert repl.execute(SETUP).ok
+    assert repl.execute("exits = [ExitRepr()]\nbroken = {'k': BadRepr()}\nlone = '\\ud800'").ok
+    for name in ("exits", "broken", "lone", "circular", "deep", "odd_keys", "fan"):
+        repl.get_variable(name)  # any answer: it must not stop the driver
+    assert "repr failed" in str(repl.get_variable("exits"))
+    assert repl.get_variable("lone") == "\ufffd"
+    assert repl.execute("print('alive')").stdout == "alive\n"
