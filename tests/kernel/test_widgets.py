@@ -6,6 +6,7 @@ comm targets, models and their state keys, and the values that come back.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -186,3 +187,42 @@ def test_matplotlib_notebook_draws_with_ipympl(kernels: dict[str, RunningKernel]
     assert "MPLCanvasModel" in models, drawn.describe()
     assert "ipympl" in drawn.stream("stderr")
     sandbox.run_ok("%matplotlib inline")
+
+
+def test_styled_media_and_linked_widgets_pass_as_on_ipykernel(
+    kernels: dict[str, RunningKernel],
+) -> None:
+    """What the widget firewall looks at, used as ipywidgets means it: styles and layouts
+    with colours, grids and var(), an image from bytes and one from a data: URL, a
+    description shown as HTML, a jslink between two numbers, an AppLayout: the same
+    messages as on ipykernel, nothing removed, the values as sent."""
+    code = (
+        "import ipywidgets as w\n"
+        "png = bytes.fromhex('89504e470d0a1a0a')\n"
+        "items = [\n"
+        "    w.HTML('<b>b</b>', style={'background': 'lightyellow', 'text_color': 'var(--x)'}),\n"
+        "    w.Label('$x^2$', style={'font_family': '\"Helvetica Neue\", Arial'}),\n"
+        "    w.Button(description='go', icon='check', style={'button_color': '#ff0000'}),\n"
+        "    w.Image(value=png, format='png', width=20),\n"
+        "    w.Image(value=b'data:image/png;base64,iVBORw0KGgo=', format='url'),\n"
+        "    w.Checkbox(description='<i>html</i>', description_allow_html=True),\n"
+        "    w.Box(layout=w.Layout(width='calc(100% - 10px)', border_top='1px solid red')),\n"
+        "]\n"
+        "a, b = w.IntSlider(), w.IntText()\n"
+        "link = w.jslink((a, 'value'), (b, 'value'))\n"
+        "app = w.AppLayout(header=w.Button(), center=w.VBox(items + [a, b]), footer=w.Button())\n"
+        "app"
+    )
+    made = both(kernels, code)
+    assert seen(made["sandbox"]) == seen(made["ipykernel"])
+    assert "[sandbox]" not in made["sandbox"].stream("stderr"), made["sandbox"].describe()
+    states = {
+        name: sorted(
+            json.dumps({k: v for k, v in s.items() if "IPY_MODEL_" not in repr(v)}, sort_keys=True)
+            for s in opened(execution).values()
+        )
+        for name, execution in made.items()
+    }  # model ids differ between the kernels: the fields that name one are left out
+    assert states["sandbox"] == states["ipykernel"]
+    sandbox_formats = [s.get("format") for s in opened(made["sandbox"]).values()]
+    assert "url" in sandbox_formats and "png" in sandbox_formats
