@@ -56,6 +56,7 @@ __all__ = [
     "private_temp_folder",
     "process_start",
     "prune_abandoned",
+    "remove_kernel_folders",
     "user_runtime_root",
 ]
 
@@ -264,6 +265,16 @@ def _write_record(folder: Path, text: str) -> None:
 def _remove_own(folder: Path, pid: int) -> None:
     if os.getpid() == pid:  # not in a forked child
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def remove_kernel_folders() -> None:
+    """Remove this process's folders now: for a process about to be ended by a signal, which
+    runs no exit handler (the remote launcher, when the gateway asks for SIGTERM or SIGKILL)."""
+    pid = os.getpid()
+    with _lock:
+        for (owner, _), folder in _mine.items():
+            if owner == pid:
+                shutil.rmtree(folder, ignore_errors=True)
 
 
 def private_temp_folder(prefix: str, base: Path | None = None) -> tempfile.TemporaryDirectory[str]:

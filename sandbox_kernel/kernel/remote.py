@@ -60,7 +60,11 @@ from typing import Any
 from jupyter_client.connect import write_connection_file
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from sandbox_kernel.core.runtime_folder import kernel_folder, private_mkdtemp
+from sandbox_kernel.core.runtime_folder import (
+    kernel_folder,
+    private_mkdtemp,
+    remove_kernel_folders,
+)
 
 __all__ = [
     "LAUNCHER_VERSION",
@@ -257,6 +261,8 @@ def _obey(request: Mapping[str, Any]) -> bool:
         if type(signum) is int and signum in _OBEYED_SIGNALS:
             if signum:
                 log.info("communication port: signal %d from the gateway", signum)
+                if signum != signal.SIGINT:  # the kernel ends without its exit handlers
+                    remove_kernel_folders()
                 os.kill(os.getpid(), signum)
         else:
             log.warning("communication port: signal %r is not one the gateway sends; ignored",

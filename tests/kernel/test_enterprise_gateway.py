@@ -306,6 +306,10 @@ def test_the_recipe_checks_the_gateway_and_a_kernel_starts_without_a_warning(
     finally:
         kernel.close()
         enterprise_gateway.api("DELETE", f"/api/kernels/{kernel_id}")
+    deadline = time.monotonic() + 60
+    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not folder.exists(), "a kernel the gateway shuts down takes its folder with it"
 
 
 def test_a_killed_remote_kernels_folders_are_gone_after_the_next_start(
