@@ -214,7 +214,11 @@ def test_styled_media_and_linked_widgets_pass_as_on_ipykernel(
         "app"
     )
     made = both(kernels, code)
-    assert seen(made["sandbox"]) == seen(made["ipykernel"])
+    shown = {  # an earlier test's ipympl figure may send a frame of its own meanwhile
+        name: [x for x in seen(execution) if x[:2] != ("comm_msg", "custom")]
+        for name, execution in made.items()
+    }
+    assert shown["sandbox"] == shown["ipykernel"]
     assert "[sandbox]" not in made["sandbox"].stream("stderr"), made["sandbox"].describe()
     states = {
         name: sorted(
