@@ -40,11 +40,12 @@ import errno
 import os
 import secrets
 import stat
+import time
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from sandbox_kernel.core.errors import SandboxError
 from sandbox_kernel.core.notebook_folder import STATE_FOLDER, layer_of
@@ -75,6 +76,7 @@ __all__ = [
 
 EINTR, EFBIG = 27, 22  # WASI preview1 errno values
 _CHUNK = 1 << 20
+RACY_NS: Final = 50_000_000  # more than a file system clock's tick (a jiffy, up to 10 ms)
 
 
 class OverlayRefused(SandboxError):
@@ -98,6 +100,7 @@ class Overlay:
     exclude: tuple[Path, ...] = ()
     state: LayerState = field(default_factory=LayerState)  # what the layer holds
     fds: tuple[int, int, int] | None = None  # (folder, state folder, layer)
+    synced_ns: int = 0  # time.time_ns() when the last bringing-up-to-date began
     _closer: Callable[[], object] | None = field(default=None, repr=False)  # closes them once
 
     def refresh(self) -> bool:
@@ -131,7 +134,10 @@ class Overlay:
             except OSError:
                 changed.append(_parent_of(relative))
                 continue
-            if st.st_mtime_ns != seen or (st.st_dev, st.st_ino) != identity:
+            # A folder changed in the same clock tick as the last look has the mtime it had
+            # then ("racy", as git says): looked at once more.
+            racy = seen >= self.synced_ns - RACY_NS
+            if racy or st.st_mtime_ns != seen or (st.st_dev, st.st_ino) != identity:
                 changed.append(relative)
         return changed
 
@@ -145,6 +151,7 @@ class Overlay:
             with contextlib.suppress(OSError):
                 st = os.stat(path)
                 excluded.add((st.st_dev, st.st_ino))
+        self.synced_ns = time.time_ns()
         if changed is None:
             self.state = LayerState(record=read_record(state))
         found = LayerSync(real, layer, self.state, frozenset(excluded)).run(changed)
