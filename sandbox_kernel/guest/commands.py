@@ -84,17 +84,45 @@ def _pipeline(words: list[str], tty: bool) -> Result:
     errors: list[str] = []
     status = 0
     for index, stage in enumerate(stages):
+        stage, err_target, err_append = _stderr_redirection(stage)
         stage, target, append = _redirection(stage)
         if not stage:
             return "", "sh: syntax error near '|'\n", 2
         on_tty = tty and target is None and index == len(stages) - 1
-        text, err, status = _command(stage, text, on_tty)
+        merge = err_target == "&1"
+        # A program's stdout and stderr are one stream on the terminal (unless stderr goes
+        # elsewhere) and with 2>&1, in the order it wrote them.
+        combine = merge or (on_tty and err_target is None)
+        text, err, status = _command(stage, text, on_tty, combine)
+        if merge:  # 2>&1: into stdout (a program's in the order written; a command's after)
+            text, err = text + err, ""
+        elif err_target is not None:
+            _write(err_target, err, err_append)
+            err = ""
         errors.append(err)
         if target is not None:
-            with open(target, "a" if append else "w", encoding="utf-8") as file:
-                file.write(text)
+            _write(target, text, append)
             text = ""
     return text or "", "".join(errors), status
+
+
+def _write(target: str, text: str, append: bool) -> None:
+    if target != "/dev/null":  # the sandbox may have no /dev/null: nothing to write
+        with open(target, "a" if append else "w", encoding="utf-8") as file:
+            file.write(text)
+
+
+def _stderr_redirection(words: list[str]) -> tuple[list[str], str | None, bool]:
+    """`2>&1`, `2>FILE`, `2>>FILE` (split by the lexer as `2`, `>&` or `>`, the target):
+    the words without it, the target ("&1" for stdout) and whether it appends."""
+    for at in range(len(words) - 2):
+        if words[at] != "2":
+            continue
+        mark, target = words[at + 1], words[at + 2]
+        if (mark, target) == (">&", "1") or mark in (">", ">>"):
+            rest = words[:at] + words[at + 3 :]
+            return rest, "&1" if mark == ">&" else target, mark == ">>"
+    return words, None, False
 
 
 def _redirection(words: list[str]) -> tuple[list[str], str | None, bool]:
@@ -105,10 +133,10 @@ def _redirection(words: list[str]) -> tuple[list[str], str | None, bool]:
     return words, None, False
 
 
-def _command(words: list[str], stdin: str | None, tty: bool) -> Result:
+def _command(words: list[str], stdin: str | None, tty: bool, combine: bool = False) -> Result:
     name, args = words[0], _expand(words[1:])
     if _PYTHON.search(name):
-        return python(args, stdin, tty)
+        return python(args, stdin, combine)
     command = COMMANDS.get(name)
     if command is None:
         have = " ".join(sorted(COMMANDS))

@@ -56,6 +56,11 @@ CELLS = [
     "!python -c \"print('piped')\" | grep pip",
     "!python -c \"import json; print(json.dumps({'a': 1}))\"",
     "import sys\n!{sys.executable} -c \"print('from sys.executable')\"",
+    "!python compat_prog.py a 2>&1 | grep stderr",
+    "!python compat_prog.py a 2>/dev/null",
+    "!python compat_prog.py a 2> compat_err.txt\n!cat compat_err.txt",
+    "!python compat_prog.py a > /dev/null",
+    "!python compat_prog.py a > compat_out.txt 2>&1\n!cat compat_out.txt",
     "program_seen = 'globals' in dir()\nprogram_seen",
 ]
 
