@@ -109,18 +109,22 @@ class AbortsByArrival(Kernel):  # ipykernel's Kernel is untyped: called as it is
     async def dispatch_shell(
         self, msg: list[Any], /, subshell_id: str | None = None, *, concurrent: bool = False
     ) -> None:
-        if subshell_id is None and len(msg) > 1:
-            # ipykernel reads `_aborting` before its first await: this request's answer alone.
-            self._aborting = self.arrivals.aborts(self.arrivals.dispatched(msg))
+        if len(msg) > 1:  # not ipykernel's "stop aborting" marker (a subshell's)
+            place = self.arrivals.dispatched(msg)  # forgotten for a subshell's request too
+            if subshell_id is None:
+                # ipykernel reads `_aborting` before its first await: this request's alone.
+                self._aborting = self.arrivals.aborts(place)
         await super().dispatch_shell(msg, subshell_id=subshell_id, concurrent=concurrent)
 
     def finish_metadata(
         self, parent: dict[str, Any], metadata: dict[str, Any], reply_content: dict[str, Any]
     ) -> dict[str, Any]:
         """ipykernel's last step before it sends a reply: a failed cell's takes the cut."""
+        header = parent.get("header", {})
         if (
             reply_content.get("status") == "error"
-            and parent.get("header", {}).get("msg_type") == "execute_request"
+            and header.get("msg_type") == "execute_request"
+            and header.get("subshell_id") is None  # a subshell's aborting is ipykernel's
         ):
             self.arrivals.reply_going()
         result: dict[str, Any] = super().finish_metadata(  # type: ignore[no-untyped-call]

@@ -18,7 +18,7 @@ import pytest
 from tests.kernel.conftest import RunningKernel, start_kernel
 
 ROUNDS = 8
-RUNAWAY = "while True:\n    pass"
+RUNAWAY = "print('looping', flush=True)\nwhile True:\n    pass"
 
 
 @pytest.fixture(params=range(ROUNDS), ids=lambda n: f"kernel{n + 1}")
@@ -35,9 +35,18 @@ def interrupt_runaway(kernel: RunningKernel) -> None:
     """Run a cell that never ends, interrupt it once it runs, and wait for its reply only
     (not its idle status), as agents and papermill do."""
     running = kernel.send(RUNAWAY)
-    time.sleep(1.0)  # into the loop
+    deadline = time.monotonic() + 120
+    while True:  # the cell runs (the session has started): an interrupt now reaches it
+        msg = kernel.kc.get_iopub_msg(timeout=max(0.1, deadline - time.monotonic()))
+        if msg["parent_header"].get("msg_id") == running.msg_id and msg["msg_type"] == "stream":
+            break
+    time.sleep(0.2)  # into the loop
     kernel.km.interrupt_kernel()
-    reply = kernel.reply(running.msg_id, timeout=60)
+    while True:  # the shell channel only, as papermill waits: the next cell goes at once
+        msg = kernel.kc.get_shell_msg(timeout=max(0.1, deadline - time.monotonic()))
+        if msg["parent_header"].get("msg_id") == running.msg_id:
+            break
+    reply = msg["content"]
     assert reply["status"] == "error", reply
     assert reply["ename"] == "KeyboardInterrupt", reply
 
