@@ -101,6 +101,7 @@ class Overlay:
     state: LayerState = field(default_factory=LayerState)  # what the layer holds
     fds: tuple[int, int, int] | None = None  # (folder, state folder, layer)
     synced_ns: int = 0  # time.time_ns() when the last bringing-up-to-date began
+    read_only: bool = False  # shown read-only: no write is let through, no copy made
     _closer: Callable[[], object] | None = field(default=None, repr=False)  # closes them once
 
     def refresh(self) -> bool:
@@ -174,6 +175,10 @@ class Overlay:
         if found is None or not self._shared(found):
             return 0  # a new file, the guest's own, or one whose user link is gone
         shown = path.decode(errors="replace")
+        if self.read_only:
+            return guard.refuse(
+                "fs_denied", f"{shown!r}: the notebook's folder is read-only", EACCES
+            )
         try:
             parent, name = self._find(guard, fd, path)
         except (OSError, ValueError):
@@ -271,9 +276,12 @@ def _remove(parent: int, name: str) -> None:
 # -- preparing the layer ---------------------------------------------------------------------
 
 
-def prepare_overlay(real: Path, exclude: tuple[Path, ...] = ()) -> Overlay:
+def prepare_overlay(
+    real: Path, exclude: tuple[Path, ...] = (), *, read_only: bool = False
+) -> Overlay:
     """The layer for the folder `real`, brought up to date with it (see the module's text);
-    folders in `exclude` (the session's workspace, when it lies inside) are not shown.
+    folders in `exclude` (the session's workspace, when it lies inside) are not shown;
+    `read_only`: the guest is shown the layer read-only (the same files, never a write).
     OverlayRefused when the folder may not be shown this way."""
     real = real.expanduser().resolve()
     home = Path.home().resolve()
@@ -295,6 +303,7 @@ def prepare_overlay(real: Path, exclude: tuple[Path, ...] = ()) -> Overlay:
         _close_all(tuple(fds))
         raise
     overlay = Overlay(layer_of(real), frozenset(), real=real, exclude=exclude)
+    overlay.read_only = read_only
     overlay.fds = (fds[0], fds[1], fds[2])
     overlay._closer = weakref.finalize(overlay, _close_all, tuple(fds))
     try:

@@ -4,8 +4,9 @@
     /data       the policy's mount_data_dir, read-only, when it names one
     /tmp        a private scratch folder, read-write, removed with the session
     GUEST_PATH  the guest library (IPython and its dependencies), read-only, with IPython
-    /notebook   REPLConfig.notebook_dir, read-only, and then the working folder; or, with
-                notebook_overlay, its copy-on-write layer, read-write (host/overlay.py)
+    /notebook   REPLConfig.notebook_dir's layer (host/overlay.py), the working folder:
+                read-write with notebook_overlay (copy-on-write), else read-only; the folder
+                itself, read-only, when no layer can be made there
 
 Must not import: anything Jupyter.
 """
@@ -53,19 +54,23 @@ def session_folders(config: REPLConfig, workspace: Path, scratch: Path) -> Folde
     notebook = Path(config.notebook_dir).expanduser().resolve()
     if not notebook.is_dir():
         raise SandboxExecutionError(f"notebook_dir {notebook} is not a folder")
-    if config.notebook_overlay:
-        try:
-            folders.overlay = prepare_overlay(notebook, exclude=(workspace, scratch))
-        except OverlayRefused as exc:
-            if exc.never_shown:
-                folders.notes.append(f"the notebook's folder is not shown: {exc}")
-                return folders
-            folders.notes.append(f"the notebook's folder is shown read-only: {exc}")
-        else:
-            folders.notes.extend(folders.overlay.notes)
-            preopens.append(Preopen(folders.overlay.layer, NOTEBOOK_PATH, writable=True))
-            folders.workdir = NOTEBOOK_PATH
+    # Read-only too, the guest sees the layer (read-only): the same files, without the hidden,
+    # secret and runtime files or names its WASI cannot carry (host/overlay_sync.py).
+    writable = config.notebook_overlay
+    try:
+        folders.overlay = prepare_overlay(
+            notebook, exclude=(workspace, scratch), read_only=not writable
+        )
+    except OverlayRefused as exc:
+        if exc.never_shown:
+            folders.notes.append(f"the notebook's folder is not shown: {exc}")
             return folders
+        folders.notes.append(f"the notebook's folder is shown read-only, whole: {exc}")
+    else:
+        folders.notes.extend(folders.overlay.notes)
+        preopens.append(Preopen(folders.overlay.layer, NOTEBOOK_PATH, writable=writable))
+        folders.workdir = NOTEBOOK_PATH
+        return folders
     preopens.append(Preopen(notebook, NOTEBOOK_PATH, writable=False))
     folders.workdir = NOTEBOOK_PATH
     return folders

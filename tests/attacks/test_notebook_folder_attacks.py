@@ -30,13 +30,14 @@ def mounted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RunningK
 
 def _notebook_files(root: Path) -> dict[str, bytes]:
     """The folder's own files and names (the test's kernel keeps its workspace and run log in
-    it too: those are the host's, left out)."""
+    it too, and the guest's read-only view of it, .sandbox-kernel/layer: those are the
+    host's, left out)."""
     return {
         str(p.relative_to(root)): b"" if p.is_dir() else p.read_bytes()
         for p in root.rglob("*")
         if not p.is_symlink()
         and p.name != "runs.jsonl"
-        and "workspace" not in p.relative_to(root).parts
+        and not {"workspace", ".sandbox-kernel"} & set(p.relative_to(root).parts)
     }
 
 

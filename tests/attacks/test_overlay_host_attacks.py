@@ -299,3 +299,24 @@ def test_a_file_that_comes_and_goes_never_fails_the_start(tmp_path: Path) -> Non
             for _ in range(3):
                 assert _run(repl, "import os\nprint(len(os.listdir('.')) >= 300)") == "True\n"
     assert done[0] > 100, "the churn did not run"
+
+
+def test_read_only_shows_the_same_names_and_no_writes(tmp_path: Path) -> None:
+    """SANDBOX_KERNEL_NOTEBOOK_FOLDER=read-only shows what the overlay shows, without writes:
+    no hidden, secret or runtime file, no name that would break the listing."""
+    folder = tmp_path / "nb"
+    folder.mkdir()
+    (folder / ".env").write_text("TOKEN=hmac-secret\n")
+    (folder / "kernel-77.json").write_text('{"key": "hmac-secret"}')
+    (folder / "id_ed25519").write_text("hmac-secret\n")
+    with open(os.open(os.fsencode(folder) + b"/caf\xe9.csv", os.O_WRONLY | os.O_CREAT), "w"):
+        pass
+    (folder / "data.csv").write_text("a\n")
+    config = REPLConfig(policy=POLICY, workspace=tmp_path / "ws", notebook_dir=folder)
+    with ReplSandbox(config) as repl:
+        assert _run(repl, "import os\nprint(sorted(os.listdir('.')))") == "['data.csv']\n"
+        assert "hmac-secret" not in _run(repl, READ_ALL)
+        for cell in ("open('data.csv', 'a').write('x')", "open('new.csv', 'w').write('x')"):
+            assert repl.execute(cell).status == "error", cell
+    assert (folder / "data.csv").read_text() == "a\n"
+    assert not (folder / "new.csv").exists()
