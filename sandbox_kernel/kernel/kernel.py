@@ -414,8 +414,13 @@ class SandboxKernel(AbortsByArrival):
         async with self.comms.ordered(self):  # after comm messages that came first (comms.py)
             self.out.begin(silent, count)
             before = list_files(self.settings.workspace)
+            if self._interrupt_pending.is_set():  # before the cell reached the guest
+                self.out.silent = False
+                return self._magic_reply(_interrupted(), count, silent)
             try:  # on this thread: see the module's docstring
                 execution, error, payload = self._run(plan.code, count, silent)
+                if not silent:
+                    self._say_written()
             finally:
                 self.out.silent = False
         if store_history and not silent:
@@ -483,6 +488,17 @@ class SandboxKernel(AbortsByArrival):
                 finally:
                     self.out.streams = None
         return (execution, *self.out.outcome(execution, count, silent))
+
+    def _say_written(self) -> None:
+        """One line on stderr when the cell wrote in the notebook folder's layer."""
+        from sandbox_kernel.kernel.files_magic import written_line
+
+        try:
+            line = written_line(self.repl)
+        except OSError as exc:
+            line = f"[sandbox] what this cell wrote could not be listed: {exc}\n"
+        if line:
+            self.out.stream("stderr", line)
 
     def _magic_reply(self, handled: MagicResult, count: int, silent: bool) -> dict[str, Any]:
         from sandbox_kernel.kernel import messages

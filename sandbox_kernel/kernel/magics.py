@@ -5,6 +5,8 @@
                              stdout_max_bytes, stderr_max_bytes)
     %context PATH            load a workspace file as `context` (text, or bytes if not UTF-8)
     %sandbox                 fuel, memory and time used, the image, rollbacks
+    %files [--keep NAME...|--diff NAME]  what the session wrote beside the notebook
+                             (files_magic.py)
 
 Every other magic (%time, %who, %matplotlib ...) is IPython's, inside the guest.
 
@@ -187,7 +189,13 @@ def _llm_line(kernel: MagicHost) -> str:
     return text + (f"; budget: {', '.join(caps)}" if caps else "")
 
 
-_MAGICS = {"policy": _policy, "context": _context, "sandbox": _sandbox}
+def _files(kernel: MagicHost, args: str) -> str:
+    from sandbox_kernel.kernel.files_magic import files_magic
+
+    return files_magic(kernel.repl, args)
+
+
+_MAGICS = {"policy": _policy, "context": _context, "sandbox": _sandbox, "files": _files}
 
 
 def is_complete(code: str) -> dict[str, Any]:

@@ -36,6 +36,7 @@ from sandbox_kernel.host.artifacts import python_image
 from sandbox_kernel.host.memory_image import MemoryImage
 from sandbox_kernel.host.overlay import Overlay, OverlayRefused
 from sandbox_kernel.host.session import GuestSession, SessionConfig, TurnLimits, TurnOutcome
+from sandbox_kernel.repl import files as layer_view
 from sandbox_kernel.repl import warm
 from sandbox_kernel.repl.bridged import BridgedSession
 from sandbox_kernel.repl.folders import session_folders
@@ -104,6 +105,7 @@ class ReplSandbox(GuestCalls, BridgedSession):
         self.rollbacks = 0
         self.overlay: Overlay | None = None  # the notebook folder's, when it is shown as one
         self.folder_notes: list[str] = []  # what the user should hear about the folders
+        self.written = layer_view.WrittenSince(None)  # what the cells wrote into the layer
         self.rebuilds = 0  # sessions started again because a cell broke the driver
         # Cells in a row whose driver never reported: a second one means the state the
         # rollbacks return to cannot run cells (an earlier cell damaged it), so it is rebuilt.
@@ -145,6 +147,7 @@ class ReplSandbox(GuestCalls, BridgedSession):
         folders = session_folders(self.config, self.workspace, Path(self._scratch.name))
         preopens, workdir, self.overlay = folders.preopens, folders.workdir, folders.overlay
         self.folder_notes = folders.notes
+        self.written = layer_view.WrittenSince(self.overlay)
         ipython = self.config.ipython
         config = SessionConfig(
             preopens=preopens,
@@ -469,6 +472,23 @@ class ReplSandbox(GuestCalls, BridgedSession):
             "capture": "pages written" if session and session.watching else "whole memory",
             "last_capture_bytes": session.last_capture_bytes if session is not None else 0,
         }
+
+    # -- the files the session wrote beside the notebook (repl/files.py) -----------------------
+
+    def files(self) -> list[layer_view.FileChange]:
+        """What the session created, changed and deleted in the notebook's folder, compared
+        with the user's (its copy-on-write layer); NoLayer without one."""
+        return layer_view.changed_files(self.overlay, self.written.kept)
+
+    def keep_files(self, names: list[str], force: bool = False) -> list[layer_view.KeptFile]:
+        """Copy the session's files `names` beside the notebook (never over a file of the
+        user's unless `force`, never a hidden name, a link, or without `force` a name that
+        other programs run as code or configuration)."""
+        return layer_view.keep_files(self.overlay, names, force, self.written.kept)
+
+    def diff_file(self, name: str) -> str:
+        """A unified diff from the user's text file `name` to the session's."""
+        return layer_view.diff_file(self.overlay, name)
 
     def _host_call(self, key: str, call: str, streams: Streams | None = None) -> tuple[bool, Any]:
         """A call of ours into the guest that runs the user's objects' code (their __dir__,
