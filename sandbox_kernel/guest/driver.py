@@ -135,6 +135,7 @@ def install(
         imports.after_import("mmap", mmap_module.patch)
         imports.after_import("numpy._core.memmap", mmap_module.patch_memmap)
         imports.after_import("tqdm.std", _without_monitor)
+        imports.after_import("os", imports.user_ids)
         comms = sys.modules.get("sandbox_kernel_comms")  # the kernel's sessions (shell.py's)
         if comms is not None:
             imports.after_import("comm", comms.patch)

@@ -6,7 +6,8 @@ driver, which registers what to do after which import (`after_import`):
 - numpy: its default integer made 64-bit where cells ask for it (numpy64.py);
 - mmap: a map that reads the file into memory, where WASI has none (mmapfile.py);
 - sklearn.datasets: the sample images the image left out, restored from the same version's
-  wheel into the guest library (host/guest_library.py), added to the package's __path__.
+  wheel into the guest library (host/guest_library.py), added to the package's __path__;
+- os: the user and group ids WASI lacks (`user_ids`).
 
 A module already imported is corrected at once; one imported later, when its code has run
 and before the importer sees it (a warm image is made after the driver is installed, so the
@@ -22,7 +23,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["after_import", "extend_path"]
+__all__ = ["after_import", "extend_path", "user_ids"]
 
 _AFTER: dict[str, list[Callable[[Any], None]]] = {}
 
@@ -47,6 +48,24 @@ def extend_path(folder: str) -> Callable[[Any], None]:
             path.append(folder)
 
     return extend
+
+
+def user_ids(os_module: Any) -> None:
+    """os.getuid(), geteuid(), getgid() and getegid(), which WASI's os lacks: modules that read
+    them when imported failed with AttributeError (send2trash, which courses have readers
+    install). WASI gives every file st_uid and st_gid 0, so the ids are 0 too: a check that the
+    user owns a file agrees with os.stat."""
+    for name in ("getuid", "geteuid", "getgid", "getegid"):
+        if not hasattr(os_module, name):
+            setattr(os_module, name, _zero_id(name))
+
+
+def _zero_id(name: str) -> Callable[[], int]:
+    def user_id() -> int:
+        return 0
+
+    user_id.__name__ = user_id.__qualname__ = name
+    return user_id
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):
