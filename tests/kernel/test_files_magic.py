@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import nbformat
-import papermill
+import papermill  # type: ignore[import-untyped]
 import pytest
 
 from tests.kernel.conftest import KERNEL_NAME, kernel_env
@@ -31,15 +31,18 @@ def _run(folder: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[
     """[stdout, stderr] of each cell of a notebook in `folder` run by papermill."""
     for name, value in kernel_env(tmp_path / "kernel").items():
         monkeypatch.setenv(name, value)
-    notebook = nbformat.v4.new_notebook()
-    notebook.cells = [nbformat.v4.new_code_cell(source) for source in CELLS]
+    notebook = nbformat.v4.new_notebook()  # type: ignore[no-untyped-call]
+    notebook.cells = [
+        nbformat.v4.new_code_cell(source)  # type: ignore[no-untyped-call]
+        for source in CELLS
+    ]
     notebook.metadata["kernelspec"] = {"name": KERNEL_NAME, "display_name": KERNEL_NAME}
     source, output = folder / "analysis.ipynb", tmp_path / "out.ipynb"
-    nbformat.write(notebook, source)
+    nbformat.write(notebook, source)  # type: ignore[no-untyped-call]
     papermill.execute_notebook(
         str(source), str(output), cwd=str(folder), progress_bar=False, start_timeout=120
     )
-    done = nbformat.read(output, as_version=4)
+    done = nbformat.read(output, as_version=4)  # type: ignore[no-untyped-call]
     return [
         [
             "".join(o.get("text", "") for o in cell.outputs if o.get("name") == stream)
