@@ -142,6 +142,9 @@ class SandboxKernel(AbortsByArrival):
         self._may_start = threading.Event()
         self._shutting_down = False
         self._unready: str | None = None  # why the kernel could not make its session
+        # An interrupt that found no guest turn to stop (the session starting, or the cell not
+        # in the guest yet): the request it came in ends instead of running its cell.
+        self._interrupt_pending = threading.Event()
         for msg_type in _COMM_REQUESTS:
             self.shell_handlers[msg_type] = functools.partial(self._comm_request, msg_type)
         self._start_interrupt_reader()
@@ -299,12 +302,16 @@ class SandboxKernel(AbortsByArrival):
                 return
             if _SIGINT_BYTE not in data:  # another signal with a Python-level handler
                 continue
-            repl = getattr(self, "repl", None)  # none yet while the kernel starts
-            if repl is not None:
-                repl.cancel()  # one cancel for a burst: the second stage is already timed
+            repl = getattr(self, "repl", None)  # none, or starting, while the kernel starts
+            # One cancel for a burst: the second stage is already timed. None to cancel yet:
+            # the request ends before its cell reaches the guest (_execute).
+            if repl is None or self._ready.is_alive() or not repl.cancel():
+                self._interrupt_pending.set()
 
     def pre_handler_hook(self) -> None:
-        """On the main thread, before each request's handler (ipykernel)."""
+        """On the main thread, before each request's handler (ipykernel): from now on SIGINT
+        is this request's."""
+        self._interrupt_pending.clear()
         self.saved_sigint_handler = signal.signal(signal.SIGINT, _noticed_by_the_pipe)
         self._saved_wakeup_fd = signal.set_wakeup_fd(
             self._interrupt_write,
@@ -317,16 +324,27 @@ class SandboxKernel(AbortsByArrival):
 
     # -- the session's start ----------------------------------------------------------------
 
-    async def _session_ready(self, announce: bool = False) -> None:
+    def _wait_for_start(self, interruptible: bool) -> None:
+        """Until the start thread ends, or (`interruptible`) an interrupt comes: the start
+        goes on then."""
+        while self._ready.is_alive():
+            if interruptible and self._interrupt_pending.is_set():
+                return
+            self._ready.join(0.05)
+
+    async def _session_ready(self, announce: bool = False, interruptible: bool = False) -> None:
         """Wait (off the event loop) for the session to have started; `announce` says so on
-        stderr when that means compiling the guest (a cold cache)."""
+        stderr when that means compiling the guest (a cold cache); `interruptible`: an
+        interrupt meanwhile raises KeyboardInterrupt (a cell's wait, which never ran)."""
         self._may_start.set()
         if self._ready.is_alive():
             if announce:
                 await asyncio.to_thread(self._noticed.wait)
                 if self._preparing:
                     self.out.stream("stderr", self._preparing)
-            await asyncio.to_thread(self._ready.join)
+            await asyncio.to_thread(self._wait_for_start, interruptible)
+        if interruptible and self._interrupt_pending.is_set():
+            raise KeyboardInterrupt
         if self._unready is not None:
             raise RuntimeError(f"the sandbox could not start: {self._unready}")
         if getattr(self, "repl", None) is None:
@@ -404,7 +422,10 @@ class SandboxKernel(AbortsByArrival):
         if code.strip() in _EXIT_WORDS:  # as IPython: the client (jupyter console) leaves
             return messages.execute_reply(None, count, payload=[_ASK_EXIT])
         # Before any magic: %context must not be undone by a start that comes after it.
-        await self._session_ready(announce=not silent)
+        try:
+            await self._session_ready(announce=not silent, interruptible=True)
+        except KeyboardInterrupt:  # while the session was starting: the cell never ran
+            return self._magic_reply(_interrupted(), count, silent)
         handled = magics.handle(self, code)
         if handled is not None:
             return self._magic_reply(handled, count, silent)
@@ -637,3 +658,11 @@ class SandboxKernel(AbortsByArrival):
         if runlog is not None:
             runlog.close()
         return {"status": "ok", "restart": restart}
+
+
+def _interrupted() -> MagicResult:
+    """The reply's error for a cell interrupted before it reached the guest."""
+    from sandbox_kernel.kernel.magics import MagicResult
+
+    why = "interrupted before the cell reached the sandbox: it did not run"
+    return MagicResult(error=why, ename="KeyboardInterrupt")

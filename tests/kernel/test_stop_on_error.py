@@ -81,3 +81,28 @@ def test_stop_on_error_false_keeps_the_queued_cell(fresh_kernel: RunningKernel) 
     queued = fresh_kernel.send("queued = 'ran'\nqueued")
     assert fresh_kernel.collect(failing).status == "error"
     assert fresh_kernel.collect(queued).result() == "'ran'"
+
+
+def test_an_interrupt_while_the_session_starts_ends_the_waiting_cell(tmp_path: Path) -> None:
+    """An interrupt sent as soon as the kernel handles a cell, before the cell reaches the guest
+    (the session still starting, or the kernel's own steps before the turn), ends the cell: it
+    was lost, and the cell then ran on, a runaway nothing stopped. Wherever the interrupt
+    lands, the reply is a KeyboardInterrupt, and the session works after it."""
+    kernel = start_kernel(tmp_path / "k")
+    try:
+        running = kernel.send(RUNAWAY)
+        deadline = time.monotonic() + 120
+        while True:  # the cell's handler runs (before it SIGINT is ignored, as on ipykernel)
+            msg = kernel.kc.get_iopub_msg(timeout=max(0.1, deadline - time.monotonic()))
+            mine = msg["parent_header"].get("msg_id") == running.msg_id
+            if mine and msg["msg_type"] == "execute_input":
+                break
+        kernel.km.interrupt_kernel()
+        execution = kernel.collect(running, timeout=120)
+        assert execution.status == "error", execution.describe()
+        assert execution.reply["ename"] == "KeyboardInterrupt", execution.describe()
+        after = kernel.run("41 + 1")
+        assert after.status == "ok", after.describe()
+        assert after.result() == "42"
+    finally:
+        kernel.shutdown()
