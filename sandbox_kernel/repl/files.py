@@ -8,8 +8,10 @@ Must not import: anything Jupyter.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -28,6 +30,7 @@ __all__ = [
     "diff_file",
     "keep_files",
     "note",
+    "remove_if_empty",
 ]
 
 NAMED = 3  # names the line spells out before "and N more"
@@ -148,6 +151,13 @@ def _named(change: FileChange) -> str:
     suffix = "/" if change.type == "folder" else ""
     label = {"new": "", "changed": " (changed)", "deleted": " (deleted)"}[change.kind]
     return f"{change.path}{suffix}{label}"
+
+
+def remove_if_empty(folder: Path) -> None:
+    """Remove the workspace folder a session made if the guest never wrote to it (an empty
+    folder only: rmdir fails on anything else, and never follows a link)."""
+    with contextlib.suppress(OSError):
+        folder.rmdir()
 
 
 class WrittenSince:

@@ -106,6 +106,7 @@ class ReplSandbox(GuestCalls, BridgedSession):
         self.overlay: Overlay | None = None  # the notebook folder's, when it is shown as one
         self.folder_notes: list[str] = []  # what the user should hear about the folders
         self.written = layer_view.WrittenSince(None)  # what the cells wrote into the layer
+        self._made_workspace = False  # made by this session: removed at the end if still empty
         self.rebuilds = 0  # sessions started again because a cell broke the driver
         # Cells in a row whose driver never reported: a second one means the state the
         # rollbacks return to cannot run cells (an earlier cell damaged it), so it is rebuilt.
@@ -142,6 +143,7 @@ class ReplSandbox(GuestCalls, BridgedSession):
 
     def _start(self) -> None:
         policy = self.config.policy
+        self._made_workspace = self._made_workspace or not self.workspace.exists()
         self.workspace.mkdir(parents=True, exist_ok=True)
         self._scratch = private_temp_folder("sandbox-kernel-repl-")
         folders = session_folders(self.config, self.workspace, Path(self._scratch.name))
@@ -229,6 +231,8 @@ class ReplSandbox(GuestCalls, BridgedSession):
             self._copier.shutdown(wait=True)
             self._release_session()
             self._destroyed = True
+            if self._made_workspace:
+                layer_view.remove_if_empty(self.workspace)
             self.bridge.close()
             self.bridge.replies.clear()
             self.bridge.values.clear()

@@ -140,3 +140,25 @@ def test_a_session_without_a_layer_says_so(tmp_path: Path) -> None:
         with pytest.raises(NoLayer):
             session.files()
         assert session.written.news() == []
+
+
+def test_an_untouched_folder_keeps_no_workspace(folder: Path) -> None:
+    """The workspace beside the notebook that a session made is gone at its end when the
+    guest never wrote to /app, and kept when it did (or when it was the user's)."""
+    for code, kept in (("x = 1", False), ("open('/app/a.txt', 'w').write('a')", True)):
+        config = REPLConfig(
+            policy=POLICY,
+            workspace=folder / "workspace",
+            notebook_dir=folder,
+            notebook_overlay=True,
+        )
+        with ReplSandbox(config) as session:
+            session.initialize()
+            run(session, code)
+            assert (folder / "workspace").is_dir()
+        assert (folder / "workspace").exists() == kept
+    (folder / "workspace" / "a.txt").unlink()  # the user's own, empty folder stays
+    config = REPLConfig(policy=POLICY, workspace=folder / "workspace", notebook_dir=folder)
+    with ReplSandbox(config) as session:
+        session.initialize()
+    assert (folder / "workspace").is_dir()
