@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from sandbox_kernel import ExecutionPolicy, JavaScriptSandbox, PythonSandbox, SandboxLogger
 from sandbox_kernel.host.artifacts import javascript_image, python_image
@@ -21,6 +22,11 @@ from sandbox_kernel.host.cache import CACHE_ENV
 from sandbox_kernel.host.engine import get_engine
 from tests.llm.servers import ModelServer
 from tests.runner.serving import Serving
+
+# Property-based tests: no per-example deadline (a busy machine is slow, not wrong), and in CI
+# the same examples every run (a new example found locally is a new test, not a red landing).
+settings.register_profile("sandbox-kernel", deadline=None, derandomize=bool(os.environ.get("CI")))
+settings.load_profile("sandbox-kernel")
 
 
 @pytest.fixture(scope="session", autouse=True)
