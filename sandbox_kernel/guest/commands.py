@@ -15,6 +15,10 @@ its output and exit status as `sh` shows a program's (SystemExit's code; an unca
 traceback and status 1). It is the session's interpreter all the same: modules it imports stay
 imported, and what it changes in them (or in os.environ, the working folder) stays changed.
 
+A command of a package installed with %pip (a console script: `!pylint x.py` after
+`%pip install pylint`) runs the same way, as its script would: its entry point called, what it
+returns the exit status. The image's own (`ipython`, `isympy`: interactive) are not run.
+
 Must import only the standard library and sandbox_kernel_coreutils; never imports
 sandbox_kernel.
 """
@@ -138,6 +142,9 @@ def _command(words: list[str], stdin: str | None, tty: bool, combine: bool = Fal
     if _PYTHON.search(name):
         return python(args, stdin, combine)
     command = COMMANDS.get(name)
+    entry = None if command is not None else _console_script(name)
+    if entry is not None:
+        return _run("-c", [name, *args], _script_source(entry), combine)
     if command is None:
         have = " ".join(sorted(COMMANDS))
         return (
@@ -175,6 +182,30 @@ def _expand(args: list[str]) -> list[str]:
 _PYTHON = re.compile(r"(?:^|/)python(?:3(?:\.\d+)?)?(?:\.wasm)?$")  # sys.executable too
 _FLAGS = frozenset("bBdEhiIOPqsSuvVWxX")  # options a program's run does not change here
 _HELP = "usage: python [option] ... [-c cmd | -m mod | file | -] [arg] ...\n"
+
+
+# Folders whose packages' commands `!NAME` runs: the session's %pip folder (the driver's).
+PROGRAM_FOLDERS: tuple[str, ...] = ()
+
+
+def _console_script(name: str) -> Any:
+    """The entry point of the command `name` of a package in PROGRAM_FOLDERS, or None."""
+    if not PROGRAM_FOLDERS or "/" in name:
+        return None
+    from importlib.metadata import distributions
+
+    for dist in distributions(path=list(PROGRAM_FOLDERS)):
+        for entry in dist.entry_points:
+            if entry.group == "console_scripts" and entry.name == name and entry.attr:
+                return entry
+    return None
+
+
+def _script_source(entry: Any) -> str:
+    """What pip's script for a console entry point runs: the function's return value is the
+    exit status."""
+    head = entry.attr.split(".")[0]
+    return f"import sys\nfrom {entry.module} import {head}\nsys.exit({entry.attr}())\n"
 
 
 class _Output(io.TextIOBase):

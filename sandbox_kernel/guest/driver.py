@@ -150,6 +150,9 @@ def install(
     if shell:
         with driver.image_only():
             driver.start_shell()
+        commands = sys.modules.get("sandbox_kernel_commands")
+        if commands is not None and packages is not None:  # `!NAME`: %pip's packages' commands
+            commands.PROGRAM_FOLDERS = (packages,)
     # Only now the folders a session's own code can write: what a shared image imports comes
     # from the image's folders alone (image_only, check_image).
     if packages is not None and packages not in sys.path:

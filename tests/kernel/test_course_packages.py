@@ -5,7 +5,9 @@ worked and `import send2trash` then failed with AttributeError. The guest gives 
 and group ids (guest/imports.py, `user_ids`); a cell that checks them against a file the user
 made runs on sandbox-python and on ipykernel in the same test, and a package that does what
 send2trash does at import and on use installs through `%pip` from a real index on 127.0.0.1
-and moves a file to the user's trash.
+and moves a file to the user's trash. Its command (a console script, as `!pylint` after
+`%pip install pylint` in a course) runs with `!`, its status in `_exit_code`; the image's own
+commands (`isympy`, `ipython`: interactive) keep the clear "runs no programs" error.
 """
 
 from __future__ import annotations
@@ -44,13 +46,33 @@ def trash(path):
     os.makedirs(files, 0o700, exist_ok=True)
     shutil.move(path, op.join(files, op.basename(path)))
     return op.join('.Trash-%d' % uid, op.basename(path))
+
+
+def main():
+    import sys
+    if len(sys.argv) < 2:
+        print('usage: %s FILE...' % op.basename(sys.argv[0]), file=sys.stderr)
+        return 2
+    for path in sys.argv[1:]:
+        print(trash(path))
+    return 0
 """
+
+
+ENTRY_POINTS = "[console_scripts]\ntrash = trashlike:main\n"
 
 
 @pytest.fixture(scope="module")
 def index() -> Iterator[PackageIndex]:
     served = PackageIndex()
-    served.add("trashlike", "1.0", {"trashlike.py": TRASHLIKE})
+    served.add(
+        "trashlike",
+        "1.0",
+        {
+            "trashlike.py": TRASHLIKE,
+            "trashlike-1.0.dist-info/entry_points.txt": ENTRY_POINTS,
+        },
+    )
     with served:
         yield served
 
@@ -84,6 +106,16 @@ def test_a_package_that_reads_the_uid_at_import_installs_and_runs(
             "os.listdir(os.path.join(trashlike.HOME_TRASH, 'files'))"
         )
         assert moved.result() == "('.Trash-0/practice.txt', False, ['practice.txt'])"
+        command = running.run_ok(
+            "open('notes.txt', 'w').write('hi')\n!trash notes.txt\nprint(_exit_code)\n"
+            "!trash\nprint(_exit_code)"
+        ).stream()
+        assert command.replace("\r\n", "\n") == (
+            ".Trash-0/notes.txt\n0\nusage: trash FILE...\n2\n"
+        ), command
+        image = running.run_ok("!isympy\nprint(_exit_code)").stream()
+        assert "sh: isympy: not found (the sandbox runs no programs" in image, image
+        assert image.endswith("127\n"), image
         assert running.run_ok("survivor").result() == "'made before'"
     finally:
         running.shutdown()
