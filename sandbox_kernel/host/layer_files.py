@@ -277,7 +277,7 @@ def _source(layer: int, parts: list[str]) -> int:
 
 
 def _destination(real: int, parts: list[str]) -> int:
-    """The user's folder that will hold the file, its missing folders made (0700 as the
+    """The user's folder that will hold the file, its missing folders made (0755 as the
     umask allows), no component a link."""
     fd = os.dup(real)
     try:
