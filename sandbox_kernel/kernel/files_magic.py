@@ -23,7 +23,7 @@ from sandbox_kernel.repl import files as layer_view
 if TYPE_CHECKING:
     from sandbox_kernel.repl.sandbox import ReplSandbox
 
-__all__ = ["USAGE", "files_magic", "written_line"]
+__all__ = ["USAGE", "files_line", "files_magic", "written_line"]
 
 USAGE = "usage: %files | %files --keep NAME... [--force] | %files --diff NAME"
 
@@ -66,3 +66,15 @@ def _kept(done: layer_view.KeptFile) -> str:
 def written_line(repl: ReplSandbox) -> str:
     """The line for the cell that just ran ("" when it wrote nothing in the layer)."""
     return layer_view.note(repl.written.news())
+
+
+def files_line(repl: ReplSandbox) -> list[str]:
+    """%sandbox's line about the layer: how many files the session changed there."""
+    try:
+        changes = repl.files()
+    except (layer_view.NoLayer, OSError):
+        return []
+    return [
+        f"notebook folder: {len(changes)} changes in the session's copy "
+        f"({layer_view.LAYER}); %files lists them, {layer_view.KEEP_HINT} keeps one"
+    ]

@@ -141,8 +141,16 @@ def _sandbox(kernel: MagicHost, args: str) -> str:
         *_image_line(usage),
         _llm_line(kernel),
         f"run log: {kernel.runlog.path}",
+        *_files_line(repl),
     ]
     return "\n".join(lines) + "\n"
+
+
+def _files_line(repl: ReplSandbox) -> list[str]:
+    """What the session changed in the notebook's folder (its layer), when it has one."""
+    from sandbox_kernel.kernel.files_magic import files_line
+
+    return files_line(repl)
 
 
 def _fuel_line(policy: ExecutionPolicy, usage: dict[str, Any]) -> str:

@@ -24,6 +24,7 @@ CELLS = [
     "%files",
     "%files --keep results.csv plot.png data.csv conftest.py .sandbox-kernel/state.json",
     "%files --diff data.csv",
+    "%sandbox",
 ]
 
 
@@ -85,3 +86,5 @@ def test_a_notebook_is_told_where_its_files_went_and_keeps_them(
     assert (folder / "data.csv").read_text() == "a,b\n"
     assert not (folder / "conftest.py").exists()
     assert "+3,4" in outputs[5][0]
+    # Kept files are no longer the session's own: data.csv and conftest.py are left.
+    assert "notebook folder: 2 changes in the session's copy" in outputs[6][0]
