@@ -42,12 +42,13 @@ import logging
 import os
 import re
 import secrets
-import shutil
 import stat
 import tempfile
 import threading
 from pathlib import Path
 from typing import Final
+
+from sandbox_kernel.core.scratch import ScratchFolder, remove_tree, remove_tree_at
 
 __all__ = [
     "RuntimeFolderRefused",
@@ -218,7 +219,8 @@ def _remove(root_fd: int, name: str) -> None:
     ):
         os.rename(claimed, name, src_dir_fd=root_fd, dst_dir_fd=root_fd)  # not what we checked
         raise OSError(errno.ESTALE, f"{name} changed while it was checked")
-    shutil.rmtree(claimed, dir_fd=root_fd)
+    if not remove_tree_at(root_fd, claimed):
+        raise OSError(errno.ENOTEMPTY, f"{name} could not be removed whole")
 
 
 def kernel_folder(base: Path | None = None) -> Path:
@@ -235,7 +237,7 @@ def kernel_folder(base: Path | None = None) -> Path:
         name = f"kernel-{pid}-{start if start is not None else 0}"
         try:
             pruned = prune_abandoned(root, keep=name)
-        except OSError as exc:
+        except Exception as exc:  # a kernel starts, whatever an earlier one left
             log.warning("runtime folder %s: could not prune: %s", root, exc)
         else:
             if pruned:
@@ -264,7 +266,7 @@ def _write_record(folder: Path, text: str) -> None:
 
 def _remove_own(folder: Path, pid: int) -> None:
     if os.getpid() == pid:  # not in a forked child
-        shutil.rmtree(folder, ignore_errors=True)
+        remove_tree(folder)
 
 
 def remove_kernel_folders() -> None:
@@ -274,18 +276,18 @@ def remove_kernel_folders() -> None:
     with _lock:
         for (owner, _), folder in _mine.items():
             if owner == pid:
-                shutil.rmtree(folder, ignore_errors=True)
+                remove_tree(folder)
 
 
-def private_temp_folder(prefix: str, base: Path | None = None) -> tempfile.TemporaryDirectory[str]:
-    """A TemporaryDirectory in this process's runtime folder; in the temp folder itself (as
+def private_temp_folder(prefix: str, base: Path | None = None) -> ScratchFolder:
+    """A ScratchFolder in this process's runtime folder; in the temp folder itself (as
     tempfile makes it: private) when the per-user folder is refused."""
     try:
         where: Path | None = kernel_folder(base)
     except OSError as exc:
         log.warning("temporary folders go to the temp folder itself: %s", exc)
         where = None
-    return tempfile.TemporaryDirectory(prefix=prefix, dir=where)
+    return ScratchFolder(prefix, where)
 
 
 def private_mkdtemp(prefix: str, base: Path | None = None) -> Path:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from sandbox_kernel.core.runtime_folder import private_temp_folder
+from sandbox_kernel.core.scratch import ScratchFolder
 from sandbox_kernel.core.stops import StopTurn
 from sandbox_kernel.host import GUEST_PYTHON
 from sandbox_kernel.repl import protocol
@@ -88,7 +89,7 @@ class Bridge:
         self.immortalize: Callable[[int, int, int], int] | None = None
         self._helper: concurrent.futures.ThreadPoolExecutor | None = None
         # %pip: the wheels the last `pip` request fetched (by SHA-256), in a private folder.
-        self._downloads: tempfile.TemporaryDirectory[str] | None = None
+        self._downloads: ScratchFolder | None = None
         self._wheels: dict[str, Path] = {}
 
     def begin(self, timeout_seconds: float) -> None:

@@ -23,7 +23,6 @@ from __future__ import annotations
 import atexit
 import concurrent.futures
 import contextlib
-import tempfile
 import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -32,6 +31,7 @@ from typing import Any
 from sandbox_kernel.core.errors import SandboxAbandoned, SandboxExecutionError
 from sandbox_kernel.core.results import LimitKind
 from sandbox_kernel.core.runtime_folder import private_temp_folder
+from sandbox_kernel.core.scratch import ScratchFolder
 from sandbox_kernel.host.artifacts import python_image
 from sandbox_kernel.host.memory_image import MemoryImage
 from sandbox_kernel.host.overlay import Overlay, OverlayRefused
@@ -99,7 +99,7 @@ class ReplSandbox(GuestCalls, BridgedSession):
         self._capture: concurrent.futures.Future[None] | None = None
         # An execute(defer_image=True) left the session's image for take_image().
         self._image_pending = False
-        self._scratch: tempfile.TemporaryDirectory[str] | None = None
+        self._scratch: ScratchFolder | None = None
         self._abandoned = False  # abandon(): no turn runs any more
         self._destroyed = False
         self.rollbacks = 0

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import logging
 import re
-import tempfile
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -34,6 +33,7 @@ from pathlib import Path
 from typing import Final, Literal, Protocol
 
 from sandbox_kernel.core.errors import SandboxAbandoned, SandboxError, SandboxExecutionError
+from sandbox_kernel.core.scratch import ScratchFolder
 from sandbox_kernel.repl.models import CodeExecution, ExecutionStatus, REPLConfig
 from sandbox_kernel.repl.sandbox import ReplSandbox
 from sandbox_kernel.runner import adapter
@@ -129,7 +129,7 @@ class SandboxRun:
         self.dataset = dataset
         self.cancellation = cancellation or Cancellation()
         self.timings: dict[str, float] = {}
-        self._scratch = tempfile.TemporaryDirectory(prefix="sandbox-kernel-runner-")
+        self._scratch = ScratchFolder("sandbox-kernel-runner-")
         self.workspace = Path(self._scratch.name)
         self.policy = settings.policy(request, self.workspace, dataset.folder)
         self._warm_tables = tuple(tables) if settings.warm_datasets else ()

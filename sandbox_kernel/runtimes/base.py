@@ -14,7 +14,6 @@ Must not import: sandbox_kernel.repl, anything Jupyter, wasmtime directly (host/
 
 from __future__ import annotations
 
-import tempfile
 import threading
 import uuid
 from abc import ABC, abstractmethod
@@ -24,6 +23,7 @@ from sandbox_kernel.core.errors import SandboxBusyError
 from sandbox_kernel.core.logging import SandboxLogger, SecurityEventKind
 from sandbox_kernel.core.policy import ExecutionPolicy
 from sandbox_kernel.core.results import LimitKind, RuntimeType, SandboxResult
+from sandbox_kernel.core.scratch import ScratchFolder
 from sandbox_kernel.host.guest_run import RunLimits, RunOutcome, RunSpec
 from sandbox_kernel.host.run_guard import GuardLimits
 from sandbox_kernel.host.wasi_config import Preopen
@@ -145,9 +145,7 @@ class BaseSandbox(ABC):
             write_file_nofollow(self.workspace / self.code_filename, code.encode("utf-8"))
             before = snapshot(self.workspace, exclude=frozenset({self.code_filename}))
             # The guest's /tmp: private to this run, removed after it (links are not followed).
-            with tempfile.TemporaryDirectory(
-                prefix="sandbox-kernel-tmp-", ignore_cleanup_errors=True
-            ) as scratch:
+            with ScratchFolder("sandbox-kernel-tmp-") as scratch:
                 outcome = self._launch(self._spec(Path(scratch)), inject_setup)
             after = snapshot(self.workspace, exclude=frozenset({self.code_filename}))
             result = self._result(outcome, *diff(before, after))
