@@ -5,7 +5,9 @@
                               the notebook (a cloned folder's, or one a cell wrote) and never
                               one the guest can write: a file under the workspace is refused
     SANDBOX_KERNEL_WORKSPACE  the host folder mounted at /app; default ./workspace (Jupyter
-                              starts a kernel in the notebook's folder)
+                              starts a kernel in the notebook's folder), which must then be a
+                              folder of the user's own: a link there (a cloned folder's
+                              `workspace -> ~`) is refused, never followed
     SANDBOX_KERNEL_RUN_LOG    the run log; default one file per workspace in Jupyter's data
                               folder (never inside the workspace, which the guest can write)
     SANDBOX_KERNEL_WARM_MODULES  modules pre-imported in the warm-start image, comma-separated
@@ -13,7 +15,8 @@
     SANDBOX_KERNEL_LLM_*      the model behind llm_query and rlm_query (see llm/config.py);
                               also an [llm] table in the policy file
     SANDBOX_KERNEL_DATASETS   the dataset registry %dataset reads; default
-                              ./datasets/datasets.toml
+                              ~/.config/sandbox-kernel/datasets.toml (XDG_CONFIG_HOME). Never
+                              one beside the notebook: a registry names host folders to show
     SANDBOX_KERNEL_GUARDED    anything but empty, 0, false, no or off turns the guarded mode on
                               (the sandbox-python-guarded kernel spec sets 1)
     SANDBOX_KERNEL_GUARD      the guarded mode's allow and block lists (a TOML file)
@@ -39,6 +42,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal, TypedDict
@@ -98,7 +102,8 @@ class KernelSettings(BaseModel):
         env = os.environ if environ is None else environ
         here = cwd if cwd is not None else Path.cwd()
         source = _policy_file(env)
-        workspace = Path(env.get("SANDBOX_KERNEL_WORKSPACE") or here / "workspace")
+        explicit = env.get("SANDBOX_KERNEL_WORKSPACE")
+        workspace = Path(explicit) if explicit else _own_folder(here / "workspace")
         workspace = workspace.expanduser().resolve()
         _refuse_guest_writable(source, workspace, "policy files")
         policy = _notebook_policy(source).with_overrides(mount_host_dir=workspace)
@@ -164,7 +169,7 @@ def _data_settings(env: Mapping[str, str], here: Path) -> _DataSettings:
     the mode on: a typo must not quietly drop a check someone asked for."""
     guard_file = env.get("SANDBOX_KERNEL_GUARD")
     return {
-        "datasets": Path(env.get("SANDBOX_KERNEL_DATASETS") or here / "datasets" / "datasets.toml"),
+        "datasets": Path(env.get("SANDBOX_KERNEL_DATASETS") or _config_dir(env) / "datasets.toml"),
         "guarded": _switch(env, "SANDBOX_KERNEL_GUARDED", default=False),
         "guard_file": Path(guard_file).expanduser() if guard_file else None,
     }
@@ -197,9 +202,38 @@ def _policy_file(env: Mapping[str, str]) -> Path | None:
     explicit = env.get("SANDBOX_KERNEL_POLICY")
     if explicit:
         return Path(explicit).expanduser()  # load_policy: a missing file gives the defaults
-    xdg = env.get("XDG_CONFIG_HOME")
-    user = (Path(xdg) if xdg else Path.home() / ".config") / "sandbox-kernel" / "policy.toml"
+    user = _config_dir(env) / "policy.toml"
     return user if user.is_file() else None
+
+
+def _config_dir(env: Mapping[str, str]) -> Path:
+    """The user's configuration folder for the kernel (XDG_CONFIG_HOME, else ~/.config)."""
+    xdg = env.get("XDG_CONFIG_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".config") / "sandbox-kernel"
+
+
+def _own_folder(path: Path) -> Path:
+    """`path` (the default workspace beside the notebook) if it is missing or a folder of the
+    user's own. A link there is refused, never followed: a cloned folder's `workspace -> ~`
+    or `-> .../site-packages` would give the guest those folders to write (a `.pth` file
+    there runs at the host's next Python start)."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return path
+    if stat.S_ISLNK(info.st_mode):
+        kind = f"a link to {os.readlink(path)}"
+    elif not stat.S_ISDIR(info.st_mode):
+        kind = "not a folder"
+    elif info.st_uid != os.geteuid():
+        kind = f"a folder of uid {info.st_uid}, not yours"
+    else:
+        return path
+    message = (
+        f"{path} is {kind}: the workspace beside a notebook must be a folder of your own "
+        "(remove it, or name a workspace with SANDBOX_KERNEL_WORKSPACE)"
+    )
+    raise PolicyValidationError([FieldError("", message)])
 
 
 def _notebook_mode(env: Mapping[str, str]) -> Literal["overlay", "read-only", "off"]:

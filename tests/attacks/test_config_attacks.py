@@ -3,7 +3,7 @@ the docs offer for ipykernel's semantics) lets a cell write files the next kerne
 read as configuration: config/policy.toml (`mount_data_dir = "/"`, `trust_outputs = true`) and
 datasets/datasets.toml (a dataset whose folder is anywhere on the host). After a restart,
 neither configures anything: the policy is the defaults and `%policy` says so, /data shows no
-host file, and `%dataset` refuses the registry with the reason.
+host file, and `%dataset` never reads a registry beside the notebook.
 """
 
 from __future__ import annotations
@@ -64,6 +64,50 @@ def test_a_cell_cannot_write_the_next_sessions_configuration(
 
     refused = kernel.run("%dataset loot")
     assert refused.status == "error"
-    assert "lies inside the workspace" in refused.reply["evalue"]
+    # The registry the cell wrote beside the notebook is never looked at: the default registry
+    # is the user's own (an empty configuration folder here).
+    assert "does not exist" in refused.reply["evalue"]
     assert "s3cr3t" not in kernel.run("print(open('/data/loot/keys.csv').read())").stream()
     assert kernel.run_ok("1 + 1").result() == "2"
+
+
+def test_a_workspace_link_beside_the_notebook_is_refused_not_followed(tmp_path: Path) -> None:
+    """A cloned folder ships `workspace -> <somewhere of the user's>` (git keeps links): with no
+    SANDBOX_KERNEL_WORKSPACE, the default workspace was that link resolved, and the guest read
+    and wrote the folder it named (a site-packages there: a .pth runs at the host's next
+    Python start). The kernel refuses it, says why in the cell, and writes nothing there."""
+    root, victim = tmp_path / "clone", tmp_path / "victim"
+    root.mkdir()
+    victim.mkdir()
+    (victim / "secret.txt").write_text("the user's\n")
+    (root / "workspace").symlink_to(victim)
+    env = {"SANDBOX_KERNEL_WORKSPACE": "", "XDG_CONFIG_HOME": str(tmp_path / "empty-config")}
+    kernel = start_kernel(root, extra_env=env)
+    try:
+        execution = kernel.run("open('/app/planted.pth', 'w').write('import os')")
+    finally:
+        kernel.shutdown()
+    assert execution.status == "error", execution.describe()
+    assert "is a link to" in execution.error_text(), execution.error_text()
+    assert sorted(p.name for p in victim.iterdir()) == ["secret.txt"]
+
+
+def test_a_dataset_registry_beside_the_notebook_is_never_read(tmp_path: Path) -> None:
+    """A cloned folder's datasets/datasets.toml named a host folder of CSVs, and `%dataset`
+    showed them at /data: the host read configuration from the notebook's folder. The default
+    registry is the user's own (~/.config/sandbox-kernel/datasets.toml)."""
+    root, private = tmp_path / "clone", tmp_path / "private"
+    (root / "datasets").mkdir(parents=True)
+    private.mkdir()
+    (private / "bank.csv").write_text("name,balance\nPRIVATE,100\n")
+    (root / "datasets" / "datasets.toml").write_text(f'[datasets.x]\npath = "{private}"\n')
+    env = {"SANDBOX_KERNEL_DATASETS": "", "XDG_CONFIG_HOME": str(tmp_path / "empty-config")}
+    kernel = start_kernel(root, extra_env=env)
+    try:
+        magic = kernel.run("%dataset x")
+        listing = kernel.run("import os\nsorted(os.listdir('/data'))")
+    finally:
+        kernel.shutdown()
+    assert magic.status == "error", magic.describe()
+    assert "PRIVATE" not in magic.describe()
+    assert "bank" not in listing.describe()
