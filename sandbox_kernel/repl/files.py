@@ -136,6 +136,13 @@ def diff_file(overlay: Overlay | None, name: str) -> str:
 
 def note(news: list[FileChange]) -> str:
     """The one line for a cell that wrote `news` ("" when it wrote nothing)."""
+    # A folder is named only for itself (made or removed empty), not for the files in it
+    paths = [change.path for change in news]
+    news = [
+        change
+        for change in news
+        if change.type != "folder" or not any(p.startswith(change.path + "/") for p in paths)
+    ]
     if not news:
         return ""
     shown = ", ".join(_named(change) for change in news[:NAMED])

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -277,6 +278,15 @@ def start_kernel(
         env={**kernel_env(root), **(extra_env or {})},
     )
     return RunningKernel(km, kc, root)
+
+
+# The line the sandbox adds after a cell that wrote files beside the notebook (issue 52): no
+# ipykernel output has it, so tests that compare the two kernels' outputs leave it out.
+WRITTEN_FILES_NOTE = re.compile(r"(?m)^\[sandbox\] this cell wrote .*\n?")
+
+
+def without_written_files_note(text: str) -> str:
+    return WRITTEN_FILES_NOTE.sub("", text)
 
 
 BASELINE_KERNEL = "sandbox-baseline"  # ipykernel with the guest's package versions (bin/setup)

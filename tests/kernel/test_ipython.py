@@ -17,7 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.kernel.conftest import CELL_TIMEOUT_SECONDS, Execution, RunningKernel, start_ipykernel
+from tests.kernel.conftest import (
+    CELL_TIMEOUT_SECONDS,
+    Execution,
+    RunningKernel,
+    start_ipykernel,
+    without_written_files_note,
+)
 
 NO_PROCESSES = "the sandbox runs no processes"
 
@@ -82,7 +88,12 @@ def _summary(execution: Execution, text: bool) -> tuple[object, ...]:
     messages in a row on one stream count as one, as a notebook joins them (ipykernel on a
     busy machine may send `print`'s text and its newline apart)."""
     reply = execution.reply
-    outputs = [o for o in execution.outputs if o.msg_type not in ("status", "execute_input")]
+    outputs = [
+        o
+        for o in execution.outputs
+        if o.msg_type not in ("status", "execute_input")
+        and not (o.msg_type == "stream" and not without_written_files_note(o.content["text"]))
+    ]
     kinds: list[str] = []
     seen: list[str] = []
     previous = None
@@ -92,12 +103,13 @@ def _summary(execution: Execution, text: bool) -> tuple[object, ...]:
         previous = stream
         if joined:
             if text:
-                seen[-1] += output.content["text"]
+                seen[-1] += without_written_files_note(output.content["text"])
             continue
         kinds.append(output.msg_type)
         if text:
             if output.msg_type == "stream":
-                seen.append(f"{output.content['name']}:{output.content['text']}")
+                shown = without_written_files_note(output.content["text"])
+                seen.append(f"{output.content['name']}:{shown}")
             elif output.msg_type in ("execute_result", "display_data"):
                 seen.append(str(output.content["data"].get("text/plain", "")))
             elif output.msg_type == "error":

@@ -19,6 +19,7 @@ from tests.kernel.conftest import (
     RunningKernel,
     start_ipykernel,
     start_kernel,
+    without_written_files_note,
 )
 
 PROGRAM = """%%writefile compat_prog.py
@@ -69,7 +70,7 @@ def _masked(execution: Execution, cwd: str) -> tuple[object, ...]:
     texts = []
     for output in execution.outputs:
         if output.msg_type == "stream":
-            text = output.content["text"]
+            text = without_written_files_note(output.content["text"])
         elif output.msg_type in ("execute_result", "display_data"):
             text = str(output.content["data"].get("text/plain"))
         else:

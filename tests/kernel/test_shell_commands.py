@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.kernel.conftest import RunningKernel
+from tests.kernel.conftest import RunningKernel, without_written_files_note
 
 FILES = (
     "import os\n"
@@ -67,7 +67,7 @@ def both(kernel: RunningKernel, ipykernel: RunningKernel) -> tuple[RunningKernel
 def _shown(kernel: RunningKernel, code: str) -> tuple[str, str, str]:
     execution = kernel.run_ok(code)
     result = execution.result() if execution.of_type("execute_result") else ""
-    return execution.stream(), execution.stream("stderr"), result
+    return execution.stream(), without_written_files_note(execution.stream("stderr")), result
 
 
 def test_shell_lines_print_what_coreutils_print(
