@@ -79,12 +79,15 @@ def open_dir(parent: int, name: str) -> int:
     return os.open(name, DIR_FLAGS, dir_fd=parent)
 
 
-def open_beneath(root: int, relative: str) -> int:
+def open_beneath(root: int, relative: str, *, create: bool = False) -> int:
     """The folder at `relative` below `root` ("" is `root` itself, as a new descriptor), no
-    component a link."""
+    component a link; `create`: missing folders are made (0755 as the umask allows)."""
     fd = os.dup(root)
     try:
         for name in split(relative) if relative else ():
+            if create:
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(name, 0o755, dir_fd=fd)
             child = open_dir(fd, name)
             os.close(fd)
             fd = child

@@ -279,18 +279,7 @@ def _source(layer: int, parts: list[str]) -> int:
 def _destination(real: int, parts: list[str]) -> int:
     """The user's folder that will hold the file, its missing folders made (0755 as the
     umask allows), no component a link."""
-    fd = os.dup(real)
-    try:
-        for part in parts[:-1]:
-            with contextlib.suppress(FileExistsError):
-                os.mkdir(part, 0o755, dir_fd=fd)
-            child = open_dir(fd, part)
-            os.close(fd)
-            fd = child
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
+    return open_beneath(real, "/".join(parts[:-1]), create=True)
 
 
 def keep(real: int, layer: int, name: str, force: bool = False) -> Kept:
