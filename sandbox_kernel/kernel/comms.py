@@ -202,6 +202,7 @@ class KernelComms:
         }
         parent_now = kernel.get_parent("shell")
         async with self.gate.turn():
+            self.firewall.heard(msg_type, message["content"])  # before the guest answers it
             kernel.out.begin(silent=False)
             with StreamPublisher(kernel._send_stream, parent_now) as streams:
                 kernel.out.streams = streams

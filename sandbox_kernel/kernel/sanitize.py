@@ -123,9 +123,13 @@ QUIET_TAGS = frozenset({"metadata"})
 DROPPED_WITH_CONTENT = frozenset({"script", "metadata", "template", "noscript"})
 LINK_SCHEMES = ("http:", "https:", "mailto:")
 IMAGE_DATA = re.compile(r"data:image/(png|jpe?g|gif|webp|bmp|svg\+xml)[;,]", re.IGNORECASE)
-# MathJax commands that make links, classes, styles or ids, or load extensions and macros.
+# MathJax commands that make links, classes, styles, ids, attributes or tooltips, or load
+# extensions and macros: the html extension's (\href \class \cssId \style \data), base's
+# \mmlToken (any MathML attribute: [href=...], [class=...]), action's (\mathtip \texttip
+# \toggle \actiontype).
 _LATEX_BLOCKED = re.compile(
-    r"\\(href|url|class|cssId|style|data|htmlData|unicode|require|bbox|attr)(?![A-Za-z])"
+    r"\\(href|url|class|cssId|style|data|htmlData|unicode|require|bbox|attr|mmlToken|mathtip"
+    r"|texttip|toggle|actiontype|HTML)(?![A-Za-z])"
 )
 _SCRIPT_SCHEMES = ("javascript:", "vbscript:", "livescript:", "data:text", "data:application")
 _URL_NOISE = re.compile(r"[\x00-\x20\x7f\\]+")  # what browsers and markdown drop from URLs

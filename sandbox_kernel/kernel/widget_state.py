@@ -80,8 +80,11 @@ def refusal(state: dict[str, Any], model: Model | None = None) -> str | None:
         return f"a widget that loads code into the page ({', '.join(code)})"
     for key in ("_model_module", "_view_module"):
         module = state.get(key)
-        if module is not None and module not in MODULES:
+        if module is not None and not (isinstance(module, str) and module in MODULES):
             return f"a widget from {str(module)[:80]!r} (not one of the standard widget modules)"
+    for key in ("_model_name", "_view_name"):
+        if state.get(key) is not None and not isinstance(state[key], str):
+            return f"a widget whose {key} is a {type(state[key]).__name__} (not a name)"
     for key in VERSION_KEYS:
         if key in state and state[key] is not None and not is_version_range(state[key]):
             return f"a widget whose {key} is {str(state[key])[:80]!r} (not a version specifier)"
@@ -164,7 +167,10 @@ def _description(model: Model, state: dict[str, Any], removed: list[str]) -> Non
     if isinstance(state.get("description"), str):
         model.description = state["description"]
     if "description_allow_html" in state:
-        model.allow_html = state["description_allow_html"] is True
+        # The page reads the switch as JavaScript does: any truthy value is HTML. What
+        # passes is a bool, and HTML whenever the page would take it as HTML.
+        model.allow_html = js_truthy(state["description_allow_html"])
+        state["description_allow_html"] = model.allow_html
         if model.allow_html and "description" not in state:  # shown as HTML from now on
             state["description"] = model.description
     if "description" in state:
@@ -172,6 +178,13 @@ def _description(model: Model, state: dict[str, Any], removed: list[str]) -> Non
         if model.allow_html:
             text = _clean(clean_html, text, "description", removed)
         state["description"] = text
+
+
+def js_truthy(value: Any) -> bool:
+    """Whether JavaScript takes a JSON value as true (a list or an object always is)."""
+    if isinstance(value, list | tuple | dict):
+        return True
+    return bool(value) and value == value  # NaN is false
 
 
 def _canvas(state: dict[str, Any], removed: list[str]) -> None:

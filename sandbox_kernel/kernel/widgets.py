@@ -4,9 +4,13 @@ A widget is a model the frontend renders from the state its comm sends, with the
 state names: the view decides what is written as HTML, fetched or applied as CSS. So, by
 default (untrusted), a guest comm's message passes only when:
 
-    its target is jupyter.widget (a model) or jupyter.widget.control (the states the page
-    asks for when it reconnects); any other target (a library's own comm, whose frontend
-    code is not ours to vouch for) is refused
+    its target is jupyter.widget (a model); any other target (a library's own comm, whose
+    frontend code is not ours to vouch for, and jupyter.widget.control: only the page opens
+    that one) is refused
+    on a control comm the PAGE opened (`heard`), only an update_states that answers the
+    page's request_states passes, once per request: the firewall's record of each model
+    follows only what the page applies, and an answer never makes that record less strict
+    (a media source counts as a data: URL only if it was one before and after)
     its (model, view) pair is one ipywidgets or ipympl defines (widget_rules.PAIRS), of the
     standard modules, with module versions that are version specifiers; an update may not
     change the pair; state that carries code for the page to load (anywidget's _esm, _css)
@@ -17,6 +21,8 @@ default (untrusted), a guest comm's message passes only when:
     class names plain, link ends never such fields, an Output widget's outputs through the
     bundle rules; a buffer only where a model holds bytes
     it is within the size cap (display_max_bytes, state and buffers together)
+    every guest value is type-checked before it is used: a wrong type is a refusal with a
+    note, never an exception
 
 A refused comm's later messages are dropped quietly; the refusal itself is one visible note.
 `trust_outputs` passes every comm unchanged but for the cap. A display's
@@ -28,7 +34,7 @@ Must not import: ipykernel.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Final
 
 from sandbox_kernel.kernel.firewall import OutputFirewall
@@ -71,7 +77,23 @@ class WidgetFirewall:
 
     def __init__(self, firewall: OutputFirewall) -> None:
         self.firewall = firewall
-        self._models: dict[str, Model | None] = {}  # comm_id -> model; None: a control comm
+        self._models: dict[str, Model] = {}  # comm_id -> model
+        self._controls: dict[str, int] = {}  # the page's control comms -> requests unanswered
+
+    def heard(self, msg_type: str, content: Any) -> None:
+        """A page's comm message to the guest (before the guest handles it): the control
+        comms the page opens and the states it asks for on them."""
+        if not isinstance(content, dict) or not isinstance(content.get("comm_id"), str):
+            return
+        comm_id = content["comm_id"]
+        data = content.get("data")
+        if msg_type == "comm_open" and content.get("target_name") == CONTROL_TARGET:
+            if comm_id not in self._models:
+                self._controls[comm_id] = 0
+        elif msg_type == "comm_close":
+            self._controls.pop(comm_id, None)
+        elif msg_type == "comm_msg" and comm_id in self._controls and _asks_states(data):
+            self._controls[comm_id] += 1
 
     def admit(self, message: CommMessage) -> tuple[AdmittedComm | None, list[str]]:
         """The message as it may leave (None: dropped), and what was removed, for the note."""
@@ -83,11 +105,27 @@ class WidgetFirewall:
             return None, [f"a widget message of {size:,} bytes (over the cap of {cap:,})"]
         if self.firewall.trusted:
             return AdmittedComm(content, message.metadata, buffers), []
-        if message.msg_type == "comm_open":
-            return self._open(comm_id, content, message.metadata, buffers)
+        try:
+            return self._admit(message.msg_type, comm_id, content, message.metadata, buffers)
+        except (TypeError, ValueError, KeyError, AttributeError, IndexError):
+            # Fails closed: every field is type-checked first, so this is a defect to fix.
+            return None, ["a widget message the firewall could not read"]
+
+    def _admit(
+        self,
+        msg_type: str,
+        comm_id: str,
+        content: dict[str, Any],
+        metadata: dict[str, Any],
+        buffers: list[bytes],
+    ) -> tuple[AdmittedComm | None, list[str]]:
+        if msg_type == "comm_open":
+            return self._open(comm_id, content, metadata, buffers)
+        if comm_id in self._controls:
+            return self._answer(msg_type, comm_id, content, metadata, buffers)
         if comm_id not in self._models:
             return None, []  # a refused comm's, or one never opened: dropped quietly
-        if message.msg_type == "comm_close":
+        if msg_type == "comm_close":
             self._models.pop(comm_id, None)
             return AdmittedComm(content, {}, []), []
         data = content.get("data")
@@ -101,7 +139,33 @@ class WidgetFirewall:
                 self._models.pop(comm_id, None)
                 return None, removed
             content["data"], buffers = cleaned
-        return AdmittedComm(content, _plain_metadata(message.metadata), buffers), removed
+        return AdmittedComm(content, _plain_metadata(metadata), buffers), removed
+
+    def _answer(
+        self,
+        msg_type: str,
+        comm_id: str,
+        content: dict[str, Any],
+        metadata: dict[str, Any],
+        buffers: list[bytes],
+    ) -> tuple[AdmittedComm | None, list[str]]:
+        """The guest's message on a control comm the page opened: its close, or the one
+        update_states that answers each request_states."""
+        if msg_type == "comm_close":
+            self._controls.pop(comm_id, None)
+            return AdmittedComm(content, {}, []), []
+        data = content.get("data")
+        states = data.get("states") if isinstance(data, dict) else None
+        method = data.get("method") if isinstance(data, dict) else None
+        if method != "update_states" or not isinstance(states, dict):
+            return None, ["a message on the widget control comm other than update_states"]
+        if self._controls[comm_id] < 1:
+            return None, ["widget states the page did not ask for"]
+        self._controls[comm_id] -= 1
+        assert isinstance(data, dict)
+        removed: list[str] = []
+        content["data"], buffers = self._control_states(dict(data), states, buffers, removed)
+        return AdmittedComm(content, _plain_metadata(metadata), buffers), removed
 
     def _open(
         self, comm_id: str, content: dict[str, Any], metadata: dict[str, Any], buffers: list[bytes]
@@ -110,8 +174,9 @@ class WidgetFirewall:
         if len(self._models) >= MAX_MODELS:
             return None, [f"a widget past the first {MAX_MODELS:,}"]
         if target == CONTROL_TARGET:
-            self._models[comm_id] = None
-            return AdmittedComm(content, _plain_metadata(metadata), []), []
+            return None, ["a widget control comm opened by the guest (only the page opens one)"]
+        if comm_id in self._controls:
+            return None, ["a widget whose comm id is the page's control comm's"]
         if target != WIDGET_TARGET:
             return None, [f"a comm of target {str(target)[:80]!r} (its frontend code is unknown)"]
         data = content.get("data")
@@ -137,12 +202,7 @@ class WidgetFirewall:
         """A comm_msg's data and buffers: state updates made inert; None when an update
         would make the model one that is refused."""
         method = data.get("method")
-        model = self._models.get(comm_id)
-        if model is None:  # the control comm: every model's state at once
-            states = data.get("states")
-            if method == "update_states" and isinstance(states, dict):
-                return self._control_states(data, states, buffers, removed)
-            return data, buffers
+        model = self._models[comm_id]
         if method in ("update", "echo_update"):
             state = data.get("state")
             if not isinstance(state, dict):
@@ -167,6 +227,9 @@ class WidgetFirewall:
         """The control comm's answer to the page's request_states: every model's state."""
         kept: dict[str, Any] = {}
         models: dict[tuple[str, ...], tuple[Model, dict[str, Any]]] = {}
+        # The answer is cleaned on copies of the records; each record then keeps the stricter
+        # of what it was and what the page may now have (`_stricter`).
+        answered: dict[str, tuple[Model, Model]] = {}
         for model_id, entry in states.items():
             if not isinstance(entry, dict) or not isinstance(entry.get("state"), dict):
                 continue
@@ -187,7 +250,10 @@ class WidgetFirewall:
             if why is not None:
                 removed.append(why)
                 continue
-            model = self._models.get(str(model_id)) or model_of(full)
+            record = self._models.get(str(model_id))
+            model = replace(record) if record is not None else model_of(full)
+            if record is not None:
+                answered[str(model_id)] = (record, model)
             models[(str(model_id), "state")] = (model, entry["state"])
             kept[str(model_id)] = entry
         paths, buffers = self._buffers(models, data.get("buffer_paths"), buffers, removed)
@@ -201,6 +267,8 @@ class WidgetFirewall:
                 "model_module_version": entry.get("model_module_version"),
                 "state": state,
             }
+        for record, model in answered.values():
+            _stricter(record, model)
         flat = [[*prefix, *path] for prefix, found in paths.items() for path in found]
         return {**data, "states": kept, "buffer_paths": flat}, buffers
 
@@ -272,6 +340,19 @@ class WidgetFirewall:
         return {"output_type": "stream", "name": "stdout", "text": ""}
 
 
+def _asks_states(data: Any) -> bool:
+    return isinstance(data, dict) and data.get("method") == "request_states"
+
+
+def _stricter(record: Model, answered: Model) -> None:
+    """A model's record after an answer to request_states, which the page may or may not
+    apply to a model it has: what is stricter of the two for every later check."""
+    record.source_is_data_url = record.source_is_data_url and answered.source_is_data_url
+    record.allow_html = record.allow_html or answered.allow_html
+    if record.page_format != answered.page_format:
+        record.page_format = ""  # unknown: the next format decided is sent again
+
+
 class _DroppedMessage(Exception):
     """A message dropped alone (its comm's model is unchanged)."""
 
@@ -289,14 +370,14 @@ def _figure_message(
     except ValueError:
         message = None
     kind = message.get("type") if isinstance(message, dict) else None
-    if kind not in FIGURE_MESSAGES:
+    if not (isinstance(kind, str) and kind in FIGURE_MESSAGES):
         removed.append(f"a figure message of type {str(kind)[:40]!r}")
         raise _DroppedMessage
     if kind != "save":
         return data, buffers
     assert isinstance(message, dict)
     format_ = message.get("format") or "png"
-    if format_ not in SAVE_FORMATS:
+    if not (isinstance(format_, str) and format_ in SAVE_FORMATS):
         removed.append(f"a figure download as {str(format_)[:40]!r}")
         raise _DroppedMessage
     if format_ == "svg" and buffers:

@@ -303,3 +303,120 @@ def test_a_figure_takes_only_ipympls_own_messages(kernel: RunningKernel) -> None
     assert [o for o in saved.of_type("comm_msg") if o.content["data"].get("method") == "custom"]
     assert NOTE not in saved.stream("stderr"), saved.describe()
     kernel.run_ok("plt.close('all')\n%matplotlib inline")
+
+
+# The outside review's findings (see docs/outputs.md's widget rules).
+
+_FORGED_STATES = (
+    "{'method': 'update_states', 'states': {img.model_id: {"
+    "'model_module': '@jupyter-widgets/controls', 'model_name': 'ImageModel', "
+    "'model_module_version': '2.0.0', 'state': {'_view_module': '@jupyter-widgets/controls', "
+    "'_view_name': 'ImageView'}}}, 'buffer_paths': [[img.model_id, 'state', 'value']]}, "
+    "buffers=[b'data:image/png;base64,AAAA']"
+)
+
+
+def _page_formats(execution: Execution) -> list[Any]:
+    return [
+        o.content["data"].get("state", {}).get("format")
+        for o in execution.of_type("comm_msg")
+        if o.content["data"].get("method") == "update"
+    ]
+
+
+def test_a_guest_opened_control_comm_cannot_change_what_the_firewall_knows(
+    kernel: RunningKernel,
+) -> None:
+    """A guest's own jupyter.widget.control comm reaches no page target, so its
+    update_states is applied by nobody: it must not make the firewall believe an Image's
+    source is a data: URL (a later format='url' would make the page fetch the beacon)."""
+    kernel.run_ok(f"img = w.Image(value={BEACON!r}.encode(), format='png')\ndisplay(img)")
+    forged = kernel.run_ok(
+        "import comm\nctl = comm.create_comm(target_name='jupyter.widget.control', data={}, "
+        f"metadata={{'version': '2.1.0'}})\nctl.send({_FORGED_STATES})"
+    )
+    assert not forged.of_type("comm_open") and not forged.of_type("comm_msg"), forged.describe()
+    assert "control comm opened by the guest" in forged.stream("stderr"), forged.describe()
+    switched = kernel.run_ok("img.format = 'url'")
+    assert "url" not in _page_formats(switched), switched.describe()
+    assert "other than a data: URL" in switched.stream("stderr"), switched.describe()
+
+
+def test_the_pages_control_comm_passes_only_the_states_it_asked_for(
+    kernel: RunningKernel,
+) -> None:
+    """On a control comm the page opened, the guest's update_states passes once per
+    request_states, and never makes the firewall's record of a model less strict."""
+    kernel.run_ok(f"img = w.Image(value={BEACON!r}.encode(), format='png')\ndisplay(img)")
+    control = {"comm_id": "page-control", "target_name": "jupyter.widget.control", "data": {}}
+    kc = kernel.kc  # the page's open, with the control protocol's version, as JupyterLab's
+    sent = kc.session.send(
+        kc.shell_channel.socket, "comm_open", control, metadata={"version": "1.0.0"}
+    )
+    kernel.collect(Execution(sent["header"]["msg_id"], time.monotonic(), {"status": "comm"}))
+    asked = comm_send(
+        kernel, "comm_msg", {"comm_id": "page-control", "data": {"method": "request_states"}}
+    )
+    answers = [o for o in asked.of_type("comm_msg") if o.content["comm_id"] == "page-control"]
+    assert answers and answers[0].content["data"]["method"] == "update_states", asked.describe()
+    assert "ImageModel" in repr(answers[0].content), asked.describe()
+    unasked = kernel.run_ok(f"w.Widget._control_comm.send({_FORGED_STATES})")
+    assert not unasked.of_type("comm_msg"), unasked.describe()
+    assert "states the page did not ask for" in unasked.stream("stderr"), unasked.describe()
+    switched = kernel.run_ok("img.format = 'url'")
+    assert "url" not in _page_formats(switched), switched.describe()
+
+
+@pytest.mark.parametrize("switch", ["1", "'yes'", "[0]"])
+def test_a_truthy_html_switch_is_html_to_the_firewall_too(
+    kernel: RunningKernel, switch: str
+) -> None:
+    """The page writes a description as HTML when description_allow_html is truthy (as
+    JavaScript reads it), not only when it is `true`: a raw comm sends 1 or 'yes'."""
+    made = kernel.run_ok(
+        "import comm\nraw = comm.create_comm(target_name='jupyter.widget', data={'state': {"
+        "'_model_module': '@jupyter-widgets/controls', '_model_name': 'ButtonModel', "
+        "'_view_module': '@jupyter-widgets/controls', '_view_name': 'ButtonView', "
+        f"'description': {SCRIPT!r}, 'description_allow_html': {switch}}}, 'buffer_paths': []}})"
+    )
+    state = next(iter(opened(made).values()))
+    assert "onerror" not in state["description"] and "<script" not in state["description"]
+    assert state["description_allow_html"] is True, state
+    assert NOTE in made.stream("stderr"), made.describe()
+
+
+def test_mathjax_mmltoken_and_tooltips_are_removed(kernel: RunningKernel) -> None:
+    """\\mmlToken sets any MathML attribute (href, class, id): a sibling of \\href."""
+    latex = f'$\\mmlToken{{mi}}[href="{BEACON}"]{{X}} \\mathtip{{a}}{{b}} \\toggle{{a}}{{b}}$'
+    made = kernel.run_ok(
+        f"from IPython.display import Latex\nw.Label({latex!r})\n"
+        f"w.Checkbox(description={latex!r})\ndisplay(Latex({latex!r}))"
+    )
+    text = _comms(made) + repr([o.content for o in made.of_type("display_data")])
+    for command in ("mmlToken", "mathtip", "toggle"):
+        assert f"\\\\{command}" not in text, text
+    assert "\\\\sandboxremoved" in text and "\\mmlToken command" in made.stream("stderr")
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "raw = comm.create_comm(target_name='jupyter.widget', data={'state': {"
+        "'_model_module': ['@jupyter-widgets/controls'], '_model_name': 'HTMLModel'}})",
+        "raw = comm.create_comm(target_name='jupyter.widget', data={'state': {"
+        "'_model_module': '@jupyter-widgets/controls', '_model_name': {'x': 1}, "
+        "'_view_module': '@jupyter-widgets/controls', '_view_name': ['HTMLView']}})",
+        "b = w.Button()\ndisplay(b)\nb._send({'method': 'update', 'state': "
+        "{'_view_module': ['@jupyter-widgets/controls']}, 'buffer_paths': []})",
+        "%matplotlib widget\nimport json, matplotlib.pyplot as plt\nfig, ax = plt.subplots()\n"
+        "fig.canvas.send({'data': json.dumps({'type': ['save']})})\n"
+        "fig.canvas.send({'data': json.dumps({'type': 'save', 'format': ['png']})})\n"
+        "plt.close('all')\n%matplotlib inline",
+    ],
+    ids=["list-module", "dict-name", "list-update", "figure-lists"],
+)
+def test_odd_typed_guest_values_are_refused_with_a_note(kernel: RunningKernel, code: str) -> None:
+    """A list where a name belongs is refused with a note, never a TypeError in the cell."""
+    made = kernel.run_ok(f"import comm\n{code}")
+    assert "on_comm failed" not in made.describe() and NOTE in made.stream("stderr")
+    assert "could not read" not in made.stream("stderr"), made.describe()
