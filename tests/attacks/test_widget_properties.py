@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import itertools
+import json
 import re
 from functools import cache
 from typing import Any
@@ -53,6 +54,8 @@ HOSTILE = [
     "$\\href{javascript:alert(1)}{x}$",
     "\\(\\style{background:url(" + BEACON + ")}{x}\\)",
     "$$\\require{html}\\class{jp-Dialog}{x}$$",
+    f'$\\mmlToken{{mi}}[href="{BEACON}"]{{X}}$',
+    "$\\mathtip{x}{<b>tip</b>}$",
     f"{BEACON}",
     "javascript:alert(1)",
     "//127.0.0.1:9/x",
@@ -76,7 +79,10 @@ EXTRA_FIELDS = ["value", "format", "description", "description_allow_html", "_da
 BYTES = [f"{BEACON}".encode(), b"data:image/png;base64,iVBORw0KGgo=", b"data:video/mp4;base64,AA==",
          b"data:audio/wav;base64,AA==", b"\x89PNG\r\n", b"javascript:alert(1)"]  # fmt: skip
 BUFFER_PATHS = [["value"], ["description"], ["_data_url"], ["value", 0, "content"], ["_cursor"]]
-LATEX_COMMANDS = re.compile(r"\\(href|url|style|class|cssId|htmlData|unicode|require|bbox)\b")
+LATEX_COMMANDS = re.compile(
+    r"\\(href|url|style|class|cssId|htmlData|unicode|require|bbox|mmlToken|mathtip|texttip"
+    r"|toggle)\b"
+)
 VERSION_CHARS = re.compile(r"[0-9A-Za-z.^~<>=|*+ \-]*")
 CSS_LOADING = ("url(", "image-set(", "image(", "@import", "expression(", "element(", "\\", "src(")
 RENDERED_BY_LINKS = {"value", "format", "description", "description_allow_html", "layout",
@@ -175,7 +181,7 @@ def _assert_markup(state: dict[str, Any], where: str) -> None:
     view = state.get("_view_name")
     if view in ("HTMLView", "HTMLMathView"):
         assert_inert_html(str(state.get("value", "")), where)
-    if state.get("description_allow_html") is True:
+    if _js_truthy(state.get("description_allow_html")):  # as the page reads the switch
         assert_inert_html(str(state.get("description", "")), where)
     for key in ("description", "value"):
         text = state.get(key)
@@ -187,6 +193,10 @@ def _assert_markup(state: dict[str, Any], where: str) -> None:
     for output in outputs or []:
         if output.get("output_type") in ("display_data", "execute_result"):
             assert_inert_bundle(output["data"], where)
+
+
+def _js_truthy(value: Any) -> bool:
+    return isinstance(value, list | dict) or bool(value)
 
 
 def _assert_css(state: dict[str, Any], where: str) -> None:
@@ -311,6 +321,14 @@ def test_no_widget_state_makes_the_page_unsafe(data: st.DataObject) -> None:
         _send(firewall, page, _message("comm_msg", content, [b for _, b in kept]))
     if data.draw(st.booleans(), label="control"):
         _control_states(firewall, page, data, ids)
+        # The page may or may not have applied the answer: later updates stay inert.
+        for _ in range(data.draw(st.integers(0, 3), label="later updates")):
+            comm_id = data.draw(st.sampled_from(ids), label="updated later")
+            state, paths, buffers = data.draw(_state(ids), label="later update")
+            keys = data.draw(st.lists(st.sampled_from(sorted(state)), max_size=4), label="keys")
+            content = {"comm_id": comm_id, "data": {"method": "update",
+                       "state": {k: state[k] for k in keys}, "buffer_paths": []}}  # fmt: skip
+            _send(firewall, page, _message("comm_msg", content, []))
 
 
 def _control_states(
@@ -319,7 +337,11 @@ def _control_states(
     """The control comm's answer to a reconnecting page: every model's full state at once
     (ids the page knows and new ones), which the page makes its models from."""
     control = {"comm_id": "control", "target_name": "jupyter.widget.control", "data": {}}
-    assert firewall.admit(_message("comm_open", control, []))[0] is not None
+    assert firewall.admit(_message("comm_open", control, []))[0] is None  # the guest's: refused
+    firewall.heard("comm_open", control)  # the page's own
+    asked = data.draw(st.booleans(), label="asked")
+    if asked:
+        firewall.heard("comm_msg", {"comm_id": "control", "data": {"method": "request_states"}})
     states: dict[str, Any] = {}
     paths: list[list[Any]] = []
     buffers: list[bytes] = []
@@ -335,7 +357,9 @@ def _control_states(
     content = {"comm_id": "control", "data": {"method": "update_states", "states": states,
                "buffer_paths": paths}}  # fmt: skip
     admitted, _ = firewall.admit(_message("comm_msg", content, buffers))
-    if admitted is not None:
+    assert (admitted is not None) == asked, "an answer passes once per request, and only then"
+    assert firewall.admit(_message("comm_msg", content, buffers))[0] is None  # asked once
+    if admitted is not None and data.draw(st.booleans(), label="page applies the answer"):
         data_out = admitted.content["data"]
         for model_id, entry in data_out["states"].items():
             state = dict(entry["state"])
@@ -428,3 +452,116 @@ def test_the_layout_templates_css_passes() -> None:
         )
         assert admitted is not None and removed == [], removed
         assert admitted.content["data"]["state"] == state
+
+
+# -- odd types ------------------------------------------------------------------------------
+
+_ODD = st.one_of(
+    st.lists(st.text(max_size=3), max_size=2),
+    st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
+    st.integers(),
+    st.floats(allow_nan=False),
+    st.booleans(),
+    st.none(),
+    st.sampled_from(["@jupyter-widgets/controls", "ImageModel", "ImageView", "update", "save"]),
+)
+
+
+def _oddly(draw: st.DrawFn, value: dict[str, Any], keys: list[str]) -> dict[str, Any]:
+    """`value` with some of `keys` replaced by odd-typed values."""
+    changed = dict(value)
+    for key in draw(st.lists(st.sampled_from(keys), max_size=len(keys))):
+        changed[key] = draw(_ODD)
+    return changed
+
+
+@st.composite
+def _odd_message(draw: st.DrawFn) -> tuple[str, dict[str, Any]]:
+    image = {"_model_module": "@jupyter-widgets/controls", "_model_name": "ImageModel",
+             "_view_module": "@jupyter-widgets/controls", "_view_name": "ImageView",
+             "_model_module_version": "2.0.0", "_view_module_version": "2.0.0",
+             "format": "png", "description": "x", "description_allow_html": False,
+             "_dom_classes": [], "layout": "IPY_MODEL_m", "style": "IPY_MODEL_m"}  # fmt: skip
+    state = _oddly(draw, image, list(image))
+    kind = draw(st.sampled_from(["open", "update", "control", "figure"]))
+    if kind == "open":
+        content = _oddly(draw, {"comm_id": "m2", "target_name": "jupyter.widget",
+                                "data": {"state": state, "buffer_paths": [["value"]]}},
+                         ["target_name", "data"])  # fmt: skip
+        return "comm_open", content
+    if kind == "update":
+        data = _oddly(draw, {"method": "update", "state": state, "buffer_paths": [["value"]]},
+                      ["method", "state", "buffer_paths"])  # fmt: skip
+        return "comm_msg", {"comm_id": draw(st.sampled_from(["m", "fig"])), "data": data}
+    if kind == "control":
+        entry = _oddly(draw, {"model_module": "@jupyter-widgets/controls",
+                              "model_name": "ImageModel", "model_module_version": "2.0.0",
+                              "state": state}, ["model_module", "model_name",
+                              "model_module_version", "state"])  # fmt: skip
+        data = _oddly(draw, {"method": "update_states", "states": {"m": entry},
+                             "buffer_paths": [["m", "state", "value"]]},
+                      ["method", "states", "buffer_paths"])  # fmt: skip
+        return "comm_msg", {"comm_id": "control", "data": data}
+    inner = _oddly(draw, {"type": "save", "format": "svg"}, ["type", "format"])
+    raw = draw(st.sampled_from([json.dumps(inner), inner, ["x"], None]))
+    data = {"method": "custom", "content": draw(st.sampled_from([{"data": raw}, raw]))}
+    return "comm_msg", {"comm_id": "fig", "data": data}
+
+
+@settings(max_examples=300, deadline=None)
+@given(_odd_message(), st.lists(st.sampled_from(BYTES), max_size=2))
+def test_odd_typed_values_are_refused_never_raised(
+    message: tuple[str, dict[str, Any]], buffers: list[bytes]
+) -> None:
+    """A non-hashable or odd-typed value in any field the firewall reads (names, modules,
+    versions, method, states, buffer paths, a figure message's type and format) is a
+    refusal or a cleaning with a note, never an exception, and never the firewall's own
+    fail-closed net ("could not read")."""
+    firewall = WidgetFirewall(OutputFirewall())
+    image = {"_model_module": "@jupyter-widgets/controls", "_model_name": "ImageModel",
+             "_view_module": "@jupyter-widgets/controls", "_view_name": "ImageView"}  # fmt: skip
+    mpl = {"_model_module": "jupyter-matplotlib", "_model_name": "MPLCanvasModel",
+           "_view_module": "jupyter-matplotlib", "_view_name": "MPLCanvasView"}  # fmt: skip
+    for comm_id, state in (("m", image), ("fig", mpl)):
+        opened = {"comm_id": comm_id, "target_name": "jupyter.widget", "data": {"state": state}}
+        assert firewall.admit(_message("comm_open", opened, []))[0] is not None
+    firewall.heard("comm_open", {"comm_id": "control", "target_name": "jupyter.widget.control"})
+    firewall.heard("comm_msg", {"comm_id": "control", "data": {"method": "request_states"}})
+    msg_type, content = message
+    admitted, removed = firewall.admit(_message(msg_type, content, buffers))
+    assert not any("could not read" in note for note in removed), (content, removed)
+    if admitted is not None:
+        page = Page()
+        page.models = {"m": dict(image), "fig": dict(mpl)}
+        if msg_type == "comm_open":
+            page.receive(admitted.content, admitted.buffers, opening=True)
+            page.assert_inert()
+
+
+@pytest.mark.parametrize("applied", [True, False], ids=["page-applies", "page-keeps-its-own"])
+def test_an_answer_to_request_states_never_loosens_the_record(applied: bool) -> None:
+    """An Image whose bytes are the beacon's address; the guest answers the page's
+    request_states with a data: URL for it. Whether or not the page applies that answer, a
+    later format='url' without new bytes must not pass: the record keeps the stricter."""
+    firewall, page = WidgetFirewall(OutputFirewall()), Page()
+    image = {"_model_module": "@jupyter-widgets/controls", "_model_name": "ImageModel",
+             "_view_module": "@jupyter-widgets/controls", "_view_name": "ImageView",
+             "format": "png"}  # fmt: skip
+    opened = {"comm_id": "m", "target_name": "jupyter.widget",
+              "data": {"state": image, "buffer_paths": [["value"]]}}  # fmt: skip
+    _send(firewall, page, _message("comm_open", opened, [BEACON.encode()]))
+    firewall.heard("comm_open", {"comm_id": "control", "target_name": "jupyter.widget.control"})
+    firewall.heard("comm_msg", {"comm_id": "control", "data": {"method": "request_states"}})
+    entry = {"model_module": image["_model_module"], "model_name": "ImageModel",
+             "model_module_version": "2.0.0", "state": {**image, "format": "url"}}  # fmt: skip
+    answer = {"comm_id": "control", "data": {"method": "update_states", "states": {"m": entry},
+              "buffer_paths": [["m", "state", "value"]]}}  # fmt: skip
+    admitted, _ = firewall.admit(_message("comm_msg", answer, [b"data:image/png;base64,AA=="]))
+    assert admitted is not None
+    if applied:
+        state = dict(admitted.content["data"]["states"]["m"]["state"])
+        page.models["m"] = {**state, "value": bytes(admitted.buffers[0])}
+    switch = {"comm_id": "m", "data": {"method": "update", "state": {"format": "url"}}}
+    _send(firewall, page, _message("comm_msg", switch, []))
+    if not applied:
+        assert page.models["m"].get("format") != "url", page.models["m"]
