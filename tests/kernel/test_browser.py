@@ -400,6 +400,21 @@ def _widget_leak_cells(base: str) -> list[str]:
         f"w.Textarea(value={onerror!r}, _view_name='HTMLMathView')",
         f"t = w.Text(value={onerror!r})\nh = w.HTML('linked')\n"
         "link = w.jslink((t, 'value'), (h, 'value'))\nw.VBox([t, h])",
+        # A description made HTML by a truthy value that is not `true` (the page's own
+        # sanitizer keeps an <img src=http:...>).
+        f"c = w.Checkbox(description='tick')\ndisplay(c)\nc._send({{'method': 'update', "
+        f"'state': {{'description': \"<img src='{base}/truthy-switch'>\", "
+        "'description_allow_html': 1}, 'buffer_paths': []})",
+        # A control comm of the guest's own, telling the firewall (not the page) that the
+        # Image's bytes are a data: URL; the next cell asks the page to read them as a URL.
+        f"img = w.Image(value=b'{base}/forged-control', format='png')\ndisplay(img)\n"
+        "import comm\nctl = comm.create_comm(target_name='jupyter.widget.control', data={}, "
+        "metadata={'version': '2.1.0'})\nctl.send({'method': 'update_states', 'states': "
+        "{img.model_id: {'model_module': '@jupyter-widgets/controls', 'model_name': "
+        "'ImageModel', 'model_module_version': '2.0.0', 'state': {'_view_module': "
+        "'@jupyter-widgets/controls', '_view_name': 'ImageView'}}}, 'buffer_paths': "
+        "[[img.model_id, 'state', 'value']]}, buffers=[b'data:image/png;base64,AAAA'])",
+        "img.format = 'url'",
         f"w.HTML('styled html', style={{'background': 'url({base}/html-style)'}})",
         f"w.Label('styled label', style={{'background': \"url('{base}/label-style')\"}})",
         f"w.HTMLMath('styled math', style={{'background': 'url({base}/htmlmath-style)'}})",
@@ -455,8 +470,10 @@ def test_widgets_run_no_script_and_fetch_nothing(
 ) -> None:
     """Issue 47: a Label or Textarea shown through HTMLView/HTMLMathView, a link that copies
     a Text's value into an HTML widget, url() in HTML/Label/HTMLMath styles and media with
-    format='url' (each pointing at a local HTTP server): no script runs and no request leaves
-    the page for that server."""
+    format='url' (each pointing at a local HTTP server), a description made HTML by
+    description_allow_html=1, an Image made 'url' after a guest's own control comm claimed
+    its bytes were a data: URL: no script runs and no request leaves the page for that
+    server."""
     base, seen = beacons
     runs, requested = _run_widget_leaks(lab, browser, tmp_path, KERNEL_NAME, base)
     fetched = sorted({url.removeprefix(base) for url in requested} | set(seen))
