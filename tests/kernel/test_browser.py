@@ -352,6 +352,17 @@ def test_widgets_work_as_on_ipykernel_and_run_no_script(
         assert lab.api("/api/terminals") == [], "a terminal was opened on the host"
         assert page.get_by_text(NOTE).count() >= 1, "the widget firewall's note is not shown"
         page.screenshot(path=str(tmp_path / "widgets.png"), full_page=True)
+
+        # Reopened, the page opens its own control comm and asks for every model's state:
+        # the guest's answer passes (the widgets come back), and still nothing runs.
+        page.evaluate("window.jupyterapp.commands.execute('docmanager:save')")
+        page.wait_for_timeout(1500)
+        page.reload()
+        page.locator(".jp-OutputArea-output .widget-slider .noUi-handle").first.wait_for(
+            timeout=60_000
+        )
+        page.wait_for_timeout(2000)
+        assert pwned(page) == 0, "a restored widget ran script in the page"
     page.close()
 
 
