@@ -267,8 +267,12 @@ def _cleaner(svg: bool) -> nh3.Cleaner:
 
 
 def clean_html(text: str) -> Cleaned:
-    """An HTML fragment with only allowlisted tags, attributes, URLs and CSS left."""
-    return _clean_markup(text, svg=False)
+    """An HTML fragment with only allowlisted tags, attributes, URLs and CSS left, and its
+    text without MathJax's link, style and attribute commands (JupyterLab typesets the math
+    in an HTML output, as in markdown)."""
+    html_ = _clean_markup(text, svg=False)
+    latex = clean_latex(html_.text)
+    return Cleaned(latex.text, [*html_.removed, *latex.removed]) if latex.removed else html_
 
 
 def clean_svg(text: str) -> Cleaned:
@@ -344,6 +348,10 @@ _MATH = re.compile(
 def clean_markdown(text: str) -> tuple[str, Cleaned]:
     """(MIME type, cleaned text): plain markdown stays text/markdown as it is; markdown with raw
     HTML, images or a script-like URL becomes sanitized text/html (math kept for MathJax)."""
+    latex = clean_latex(text)  # MathJax typesets a markdown output's math
+    if latex.removed:
+        mime, cleaned = clean_markdown(latex.text)
+        return mime, Cleaned(cleaned.text, [*latex.removed, *cleaned.removed])
     if "<" not in text and "![" not in text and not _has_script_url(text):
         return "text/markdown", Cleaned(text)
     maths: list[str] = []

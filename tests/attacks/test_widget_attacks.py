@@ -386,15 +386,17 @@ def test_a_truthy_html_switch_is_html_to_the_firewall_too(
 
 
 def test_mathjax_mmltoken_and_tooltips_are_removed(kernel: RunningKernel) -> None:
-    """\\mmlToken sets any MathML attribute (href, class, id): a sibling of \\href."""
+    """\\mmlToken sets any MathML attribute (href, class, id): a sibling of \\href. JupyterLab
+    typesets LaTeX, markdown and HTML outputs and a widget's description and Label alike."""
     latex = f'$\\mmlToken{{mi}}[href="{BEACON}"]{{X}} \\mathtip{{a}}{{b}} \\toggle{{a}}{{b}}$'
     made = kernel.run_ok(
-        f"from IPython.display import Latex\nw.Label({latex!r})\n"
-        f"w.Checkbox(description={latex!r})\ndisplay(Latex({latex!r}))"
+        f"from IPython.display import HTML, Latex, Markdown\nw.Label({latex!r})\n"
+        f"w.Checkbox(description={latex!r})\ndisplay(Latex({latex!r}))\n"
+        f"display(Markdown({latex!r}))\ndisplay(HTML('<p>' + {latex!r} + '</p>'))"
     )
     text = _comms(made) + repr([o.content for o in made.of_type("display_data")])
     for command in ("mmlToken", "mathtip", "toggle"):
-        assert f"\\\\{command}" not in text, text
+        assert f"\\\\{command}{{" not in text, text  # (the notes name it)
     assert "\\\\sandboxremoved" in text and "\\mmlToken command" in made.stream("stderr")
 
 
