@@ -179,9 +179,9 @@ def sensitive_fields(model: str) -> frozenset[str] | None:
 _PART = r"(?:0|[1-9][0-9]{0,8}|[xX*])"
 _IDS = r"[0-9A-Za-z-]+(?:\.[0-9A-Za-z-]+)*"  # a pre-release's or a build's identifiers
 _VERSION = rf"v?{_PART}(?:\.{_PART}){{0,2}}(?:-{_IDS})?(?:\+{_IDS})?"
-_COMPARATOR = rf"(?:\^|~|>=|<=|>|<|=)?\s*{_VERSION}"
-_SET = rf"(?:{_VERSION}\s+-\s+{_VERSION}|{_COMPARATOR}(?:\s+{_COMPARATOR})*|\*|)"
-_RANGE = re.compile(rf"\s*{_SET}\s*(?:\|\|\s*{_SET}\s*)*")
+_COMPARATOR = rf"(?:\^|~|>=|<=|>|<|=)? *{_VERSION}"
+_SET = rf"(?:{_VERSION} +- +{_VERSION}|{_COMPARATOR}(?: +{_COMPARATOR})*|\*|)"
+_RANGE = re.compile(rf" *{_SET} *(?:\|\| *{_SET} *)*")
 MAX_VERSION_CHARS: Final = 64
 
 
