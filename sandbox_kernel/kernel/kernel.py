@@ -511,9 +511,12 @@ class SandboxKernel(AbortsByArrival):
         return (execution, *self.out.outcome(execution, count, silent))
 
     def _say_written(self) -> None:
-        """One line on stderr when the cell wrote in the notebook folder's layer."""
+        """One line on stderr when the cell wrote in the notebook folder's layer (unless the
+        settings turn it off)."""
         from sandbox_kernel.kernel.files_magic import written_line
 
+        if not self.settings.files_note:
+            return
         try:
             line = written_line(self.repl)
         except OSError as exc:

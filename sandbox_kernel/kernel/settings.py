@@ -24,6 +24,9 @@
                               off (always off in the guarded mode)
     SANDBOX_KERNEL_PIP_INDEX_URL  the one package index %pip reads (default PyPI); no pip
                               configuration of the host's is read
+    SANDBOX_KERNEL_FILES_NOTE  the line after a cell that wrote files beside the notebook: on
+                              unless 0, false, no or off (nbval compares a cell's outputs with
+                              ipykernel's, which has no such line)
     SANDBOX_KERNEL_NOTEBOOK_FOLDER  how the guest sees the kernel's starting folder (Jupyter
                               starts a kernel in the notebook's), at /notebook, its working
                               folder: overlay (the default) reads every file there and writes
@@ -91,6 +94,7 @@ class KernelSettings(BaseModel):
     guarded: bool = False
     guard_file: Path | None = None
     packages: bool = True  # %pip install (never in the guarded mode)
+    files_note: bool = True  # the line after a cell that wrote beside the notebook (issue 52)
     package_index_url: str | None = None  # None: REPLConfig's default, PyPI
     notebook_dir: Path | None = None  # shown at /notebook, the working folder
     notebook_overlay: bool = False  # ... as a copy-on-write overlay, else read-only
@@ -129,6 +133,7 @@ class KernelSettings(BaseModel):
             _refuse_guest_writable(data["guard_file"], layer_of(here), "the guard's lists")
         return cls(
             packages=pip,
+            files_note=_switch(env, "SANDBOX_KERNEL_FILES_NOTE", default=True),
             package_index_url=env.get("SANDBOX_KERNEL_PIP_INDEX_URL") or None,
             notebook_dir=notebook,
             notebook_overlay=mode == "overlay",

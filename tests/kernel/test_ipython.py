@@ -230,12 +230,19 @@ _CELLS_FOLDER = re.compile(r"\S*/ipykernel_\d+/")  # the temporary folder and pr
 
 
 def _exact(execution: Execution) -> list[str]:
-    """An execution's streams and errors to the byte, cell numbers and process id masked."""
+    """An execution's streams and errors to the byte, cell numbers and process id masked.
+    Stream messages in a row on one stream count as one (ipykernel on a busy machine may send
+    one print's text in two)."""
     shown = []
+    previous = None
     for output in execution.outputs:
-        if output.msg_type == "stream":
+        stream = output.content["name"] if output.msg_type == "stream" else None
+        if stream is not None and stream == previous:
+            shown[-1] += output.content["text"]
+        elif stream is not None:
             shown.append(output.content["text"])
-        elif output.msg_type == "error":
+        previous = stream
+        if output.msg_type == "error":
             content = output.content
             shown.extend([content["ename"], content["evalue"], *content["traceback"]])
     return [_CELLS_FOLDER.sub("<cells>/", _CELL_NUMBER.sub("In[N]", s)) for s in shown]
