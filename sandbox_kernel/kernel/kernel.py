@@ -9,7 +9,7 @@ A cell runs on the event loop's own thread, as ipykernel's IPythonKernel runs on
 the loop does is needed while it runs. Its output is published by a ticker thread through the
 IOPub thread (streams.py), input() is answered on a bridge thread (stdin.py), a comm message
 that comes meanwhile is delivered after the cell (comms.py), and an interrupt reaches the
-session through a pipe that the C-level signal handler writes to at once (`_read_interrupts`),
+session through a pipe that the C-level signal handler writes to at once (interrupts.py),
 while the main thread is deep in the guest. A worker thread per cell cost two thread hops,
 0.15 ms of a trivial cell's 2.2 ms round trip.
 
@@ -27,10 +27,7 @@ brings pydantic (the paragraph above).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
-import os
-import signal
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -40,6 +37,7 @@ from traitlets import Float
 
 from sandbox_kernel import __version__
 from sandbox_kernel.kernel.aborts import AbortsByArrival
+from sandbox_kernel.kernel.interrupts import InterruptPipe
 from sandbox_kernel.repl.host_view import (
     GUEST_PYTHON,
     files_changed,
@@ -77,14 +75,6 @@ START_WAIT_SECONDS = 1.0
 # How long a reply waits for the IOPub thread to send the cell's outputs (_outputs_sent): it
 # takes a thread hop (about 0.1 ms); this bounds it when that thread is stuck.
 OUTPUTS_SENT_SECONDS = 1.0
-# What the C-level signal handler writes to the interrupt pipe for SIGINT (_read_interrupts).
-_SIGINT_BYTE = bytes([signal.SIGINT])
-_STOP_BYTE = b"\0"  # no signal's number: the reader's end (do_shutdown)
-
-
-def _noticed_by_the_pipe(signum: int, frame: object) -> None:
-    """SIGINT's Python-level handler while a request is handled: the C-level handler has
-    written to the interrupt pipe already (SandboxKernel.pre_handler_hook)."""
 
 
 def _drop(line: str) -> None:
@@ -142,12 +132,9 @@ class SandboxKernel(AbortsByArrival):
         self._may_start = threading.Event()
         self._shutting_down = False
         self._unready: str | None = None  # why the kernel could not make its session
-        # An interrupt that found no guest turn to stop (the session starting, or the cell not
-        # in the guest yet): the request it came in ends instead of running its cell.
-        self._interrupt_pending = threading.Event()
         for msg_type in _COMM_REQUESTS:
             self.shell_handlers[msg_type] = functools.partial(self._comm_request, msg_type)
-        self._start_interrupt_reader()
+        self._interrupts = InterruptPipe(self._cancel_running)
         self._ready = threading.Thread(target=self._start_session, name="sandbox-kernel-start")
         self._ready.daemon = True
         self._ready.start()
@@ -274,53 +261,20 @@ class SandboxKernel(AbortsByArrival):
         parent = self.get_parent("shell")
         return self._stdin.request(prompt, password, ident, parent, stop_check())
 
-    # -- interrupts: SIGINT (signal mode, and message mode which ipykernel turns into one) ----
+    # -- interrupts (interrupts.py) ----------------------------------------------------------
 
-    # While a request is handled, SIGINT's number is written to a pipe by the C-level signal
-    # handler itself (signal.set_wakeup_fd), at once, whatever the main thread is doing: it
-    # runs the cell, inside the guest, where a Python-level handler would wait for the next
-    # host call. A thread of ours reads the pipe and cancels. The Python-level handler does
-    # nothing (one is needed for the C-level one to be installed): a handler runs between any
-    # two bytecodes of the main thread, and one that took a lock (an Event's, a Thread.start's)
-    # could wait forever for a lock the interrupted code holds, as a storm of interrupts showed.
-
-    def _start_interrupt_reader(self) -> None:
-        self._interrupt_read, self._interrupt_write = os.pipe()
-        os.set_blocking(self._interrupt_write, False)  # a storm never blocks a signal handler
-        reader = threading.Thread(
-            target=self._read_interrupts, name="sandbox-kernel-interrupts", daemon=True
-        )
-        reader.start()
-
-    def _read_interrupts(self) -> None:
-        while True:
-            try:
-                data = os.read(self._interrupt_read, 4096)
-            except OSError:
-                return
-            if not data or _STOP_BYTE in data:  # shutdown (do_shutdown)
-                return
-            if _SIGINT_BYTE not in data:  # another signal with a Python-level handler
-                continue
-            repl = getattr(self, "repl", None)  # none, or starting, while the kernel starts
-            # One cancel for a burst: the second stage is already timed. None to cancel yet:
-            # the request ends before its cell reaches the guest (_execute).
-            if repl is None or self._ready.is_alive() or not repl.cancel():
-                self._interrupt_pending.set()
+    def _cancel_running(self) -> bool:
+        """Cancel the cell running in the guest; False when none is (no session yet, the
+        session starting, or the cell not in the guest yet)."""
+        repl = getattr(self, "repl", None)
+        return repl is not None and not self._ready.is_alive() and repl.cancel()
 
     def pre_handler_hook(self) -> None:
-        """On the main thread, before each request's handler (ipykernel): from now on SIGINT
-        is this request's."""
-        self._interrupt_pending.clear()
-        self.saved_sigint_handler = signal.signal(signal.SIGINT, _noticed_by_the_pipe)
-        self._saved_wakeup_fd = signal.set_wakeup_fd(
-            self._interrupt_write,
-            warn_on_full_buffer=False,  # full: an interrupt is waiting
-        )
+        """On the main thread, before each request's handler (ipykernel)."""
+        self._interrupts.begin()
 
     def post_handler_hook(self) -> None:
-        signal.set_wakeup_fd(self._saved_wakeup_fd)
-        signal.signal(signal.SIGINT, self.saved_sigint_handler)
+        self._interrupts.end()
 
     # -- the session's start ----------------------------------------------------------------
 
@@ -328,7 +282,7 @@ class SandboxKernel(AbortsByArrival):
         """Until the start thread ends, or (`interruptible`) an interrupt comes: the start
         goes on then."""
         while self._ready.is_alive():
-            if interruptible and self._interrupt_pending.is_set():
+            if interruptible and self._interrupts.pending.is_set():
                 return
             self._ready.join(0.05)
 
@@ -343,7 +297,7 @@ class SandboxKernel(AbortsByArrival):
                 if self._preparing:
                     self.out.stream("stderr", self._preparing)
             await asyncio.to_thread(self._wait_for_start, interruptible)
-        if interruptible and self._interrupt_pending.is_set():
+        if interruptible and self._interrupts.pending.is_set():
             raise KeyboardInterrupt
         if self._unready is not None:
             raise RuntimeError(f"the sandbox could not start: {self._unready}")
@@ -435,7 +389,7 @@ class SandboxKernel(AbortsByArrival):
         async with self.comms.ordered(self):  # after comm messages that came first (comms.py)
             self.out.begin(silent, count)
             before = list_files(self.settings.workspace)
-            if self._interrupt_pending.is_set():  # before the cell reached the guest
+            if self._interrupts.pending.is_set():  # before the cell reached the guest
                 self.out.silent = False
                 return self._magic_reply(_interrupted(), count, silent)
             try:  # on this thread: see the module's docstring
@@ -651,10 +605,7 @@ class SandboxKernel(AbortsByArrival):
         repl = getattr(self, "repl", None)
         if repl is not None:
             repl.destroy()
-        with contextlib.suppress(OSError):  # full: the reader stays, a daemon thread
-            # Not closed: while a handler runs it is the wakeup fd, and a reused descriptor
-            # would get SIGINT's byte. Both ends are closed when the process ends.
-            os.write(self._interrupt_write, _STOP_BYTE)
+        self._interrupts.stop()
         llm, runlog = getattr(self, "llm", None), getattr(self, "runlog", None)
         if llm is not None:  # neither exists when shut down before the kernel prepared them
             llm.close()
