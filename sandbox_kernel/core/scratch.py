@@ -48,7 +48,8 @@ def remove_tree_at(dir_fd: int, name: str) -> bool:
     except OSError:
         return False
     try:
-        if (os.fstat(top).st_dev, os.fstat(top).st_ino) == (info.st_dev, info.st_ino):
+        opened = os.fstat(top)
+        if (opened.st_dev, opened.st_ino) == (info.st_dev, info.st_ino):
             _empty(top)
     finally:
         os.close(top)
